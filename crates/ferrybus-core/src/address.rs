@@ -1,0 +1,250 @@
+//! MassTransit endpoint addresses: `rabbitmq://host/vhost/name?options`, `queue:name`,
+//! `exchange:name` (masstransit-wire §4.4).
+
+use std::fmt;
+
+use url::Url;
+
+/// An address that cannot be understood.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid address {address:?}: {reason}")]
+pub struct AddressError {
+    address: String,
+    reason: String,
+}
+
+impl AddressError {
+    fn new(address: &str, reason: impl Into<String>) -> Self {
+        Self {
+            address: address.to_owned(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// The base address of a bus: scheme, host, port and virtual host, e.g. `rabbitmq://localhost/`
+/// or `rabbitmq://broker:5673/sales/`. Addresses of exchanges and queues are built from it.
+///
+/// ```
+/// use ferrybus_core::HostAddress;
+/// let host = HostAddress::new("rabbitmq", "localhost", None, "/");
+/// assert_eq!(host.entity_address("billing-invoice"), "rabbitmq://localhost/billing-invoice");
+/// assert_eq!(host.resolve("queue:orders").unwrap(), "rabbitmq://localhost/orders?bind=true");
+/// assert_eq!(host.resolve("exchange:Contracts:OrderPlaced").unwrap(),
+///            "rabbitmq://localhost/Contracts:OrderPlaced");
+///
+/// let sales = HostAddress::new("rabbitmq", "broker", Some(5673), "sales");
+/// assert_eq!(sales.entity_address("q"), "rabbitmq://broker:5673/sales/q");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct HostAddress {
+    scheme: String,
+    host: String,
+    port: Option<u16>,
+    vhost: String,
+}
+
+impl HostAddress {
+    /// A host address. `vhost` `/` (or empty) means the default virtual host; default ports
+    /// (5672, 5671) are left out, as MassTransit formats them.
+    pub fn new(scheme: &str, host: &str, port: Option<u16>, vhost: &str) -> Self {
+        let port = port.filter(|p| *p != 5672 && *p != 5671);
+        Self {
+            scheme: scheme.to_owned(),
+            host: host.to_owned(),
+            port,
+            vhost: vhost.trim_matches('/').to_owned(),
+        }
+    }
+
+    /// The in-memory transport's host, `loopback://localhost/`.
+    pub fn loopback() -> Self {
+        Self::new("loopback", "localhost", None, "/")
+    }
+
+    /// The virtual host (empty for the default).
+    pub fn vhost(&self) -> &str {
+        &self.vhost
+    }
+
+    /// The scheme (`rabbitmq`, `loopback`).
+    pub fn scheme(&self) -> &str {
+        &self.scheme
+    }
+
+    /// The address of an exchange or queue named `name` on this host.
+    pub fn entity_address(&self, name: &str) -> String {
+        format!("{self}{name}")
+    }
+
+    /// Resolves what a user passes to `send`: a full URI, `queue:name` (declares and binds the
+    /// queue), `exchange:name`, or a bare name (the exchange of that name).
+    pub fn resolve(&self, address: &str) -> Result<String, AddressError> {
+        if let Some(name) = address.strip_prefix("queue:") {
+            return Ok(format!("{}?bind=true", self.entity_address(checked(address, name)?)));
+        }
+        if let Some(name) = address.strip_prefix("exchange:") {
+            return Ok(self.entity_address(checked(address, name)?));
+        }
+        if address.contains("://") {
+            EndpointAddress::parse(address)?;
+            return Ok(address.to_owned());
+        }
+        Ok(self.entity_address(checked(address, address)?))
+    }
+}
+
+fn checked<'a>(address: &str, name: &'a str) -> Result<&'a str, AddressError> {
+    if name.is_empty() {
+        return Err(AddressError::new(address, "the entity name is empty"));
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'))
+    {
+        return Err(AddressError::new(
+            address,
+            "entity names may contain letters, digits, '-', '_', '.' and ':' only",
+        ));
+    }
+    Ok(name)
+}
+
+impl fmt::Display for HostAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}://{}", self.scheme, self.host)?;
+        if let Some(port) = self.port {
+            write!(f, ":{port}")?;
+        }
+        f.write_str("/")?;
+        if !self.vhost.is_empty() {
+            write!(f, "{}/", self.vhost)?;
+        }
+        Ok(())
+    }
+}
+
+/// A parsed MassTransit endpoint address: the entity name (last path segment) and its options.
+///
+/// ```
+/// use ferrybus_core::EndpointAddress;
+/// let a = EndpointAddress::parse("rabbitmq://localhost/masstransit/orders?bind=true").unwrap();
+/// assert_eq!(a.name, "orders");
+/// assert_eq!(a.vhost, "masstransit");
+/// assert!(a.bind);
+/// let t = EndpointAddress::parse("rabbitmq://localhost/Host_app_bus_x?temporary=true").unwrap();
+/// assert!(!t.durable && t.auto_delete);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndpointAddress {
+    /// The scheme (`rabbitmq`, `rabbitmqs`, `amqp`, `amqps`, `loopback`).
+    pub scheme: String,
+    /// The host name.
+    pub host: String,
+    /// The virtual host (empty for the default `/`).
+    pub vhost: String,
+    /// The exchange (and, with `bind`, queue) name.
+    pub name: String,
+    /// Whether the exchange is durable (`durable=false` or `temporary=true` turn it off).
+    pub durable: bool,
+    /// Whether the exchange is auto-delete (`autodelete=true` or `temporary=true`).
+    pub auto_delete: bool,
+    /// Whether a queue of the same name (or `queue=`) is declared and bound (`bind=true`).
+    pub bind: bool,
+    /// The queue to bind, when `bind` is set.
+    pub queue: Option<String>,
+    /// The exchange type (`fanout` unless `type=` says otherwise).
+    pub exchange_type: String,
+}
+
+impl EndpointAddress {
+    /// Parses a full address URI.
+    pub fn parse(address: &str) -> Result<Self, AddressError> {
+        let url = Url::parse(address).map_err(|e| AddressError::new(address, e.to_string()))?;
+        let segments: Vec<String> = url
+            .path()
+            .trim_matches('/')
+            .split('/')
+            .filter(|s| !s.is_empty())
+            .map(percent_decode)
+            .collect();
+        let (name, vhost) = match segments.split_last() {
+            Some((name, rest)) => (name.clone(), rest.join("/")),
+            None => return Err(AddressError::new(address, "the address names no entity")),
+        };
+        let mut parsed = EndpointAddress {
+            scheme: url.scheme().to_owned(),
+            host: url.host_str().unwrap_or_default().to_owned(),
+            vhost,
+            name,
+            durable: true,
+            auto_delete: false,
+            bind: false,
+            queue: None,
+            exchange_type: "fanout".to_owned(),
+        };
+        for (key, value) in url.query_pairs() {
+            parsed.apply_option(&key, &value);
+        }
+        if parsed.bind && parsed.queue.is_none() {
+            parsed.queue = Some(parsed.name.clone());
+        }
+        Ok(parsed)
+    }
+
+    fn apply_option(&mut self, key: &str, value: &str) {
+        let on = value.eq_ignore_ascii_case("true");
+        match key.to_ascii_lowercase().as_str() {
+            "temporary" if on => {
+                self.durable = false;
+                self.auto_delete = true;
+            }
+            "durable" => self.durable = on,
+            "autodelete" => self.auto_delete = on,
+            "bind" => self.bind = on,
+            "queue" => {
+                self.bind = true;
+                self.queue = Some(value.to_owned());
+            }
+            "type" => self.exchange_type = value.to_owned(),
+            _ => {}
+        }
+    }
+}
+
+fn percent_decode(segment: &str) -> String {
+    percent_encoding::percent_decode_str(segment)
+        .decode_utf8_lossy()
+        .into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolves_short_forms() {
+        let host = HostAddress::new("rabbitmq", "localhost", Some(5672), "/");
+        assert_eq!(host.to_string(), "rabbitmq://localhost/");
+        assert_eq!(host.resolve("orders").unwrap(), "rabbitmq://localhost/orders");
+        assert!(host.resolve("queue:").is_err());
+        assert!(host.resolve("queue:bad name").is_err());
+        assert_eq!(
+            host.resolve("rabbitmq://other/x?temporary=true").unwrap(),
+            "rabbitmq://other/x?temporary=true"
+        );
+    }
+
+    #[test]
+    fn parses_options() {
+        let a = EndpointAddress::parse("rabbitmq://localhost/vh/q?queue=other&type=topic&durable=false").unwrap();
+        assert_eq!(a.queue.as_deref(), Some("other"));
+        assert!(a.bind);
+        assert_eq!(a.exchange_type, "topic");
+        assert!(!a.durable);
+        let a = EndpointAddress::parse("rabbitmq://localhost/Contracts:OrderPlaced").unwrap();
+        assert_eq!(a.name, "Contracts:OrderPlaced");
+        assert_eq!(a.vhost, "");
+        assert!(EndpointAddress::parse("rabbitmq://localhost/").is_err());
+    }
+}

@@ -1,0 +1,110 @@
+//! `HostInfo`: which process wrote a message.
+
+use std::sync::OnceLock;
+
+use serde::{Deserialize, Serialize};
+
+/// The `host` object of an envelope and the `MT-Host-*` headers: which machine and process wrote
+/// a message. Fields are in MassTransit's order; every field is optional on read.
+///
+/// ```
+/// let host = ferrybus_core::HostInfo::current();
+/// assert_eq!(host.process_id, Some(std::process::id() as i64));
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HostInfo {
+    /// The machine (host) name.
+    #[serde(alias = "MachineName")]
+    pub machine_name: Option<String>,
+    /// The process name.
+    #[serde(alias = "ProcessName")]
+    pub process_name: Option<String>,
+    /// The operating-system process id.
+    #[serde(alias = "ProcessId")]
+    pub process_id: Option<i64>,
+    /// The application ("assembly") name.
+    #[serde(alias = "Assembly")]
+    pub assembly: Option<String>,
+    /// The application version.
+    #[serde(alias = "AssemblyVersion")]
+    pub assembly_version: Option<String>,
+    /// The runtime version (`Environment.Version` for .NET).
+    #[serde(alias = "FrameworkVersion")]
+    pub framework_version: Option<String>,
+    /// The messaging library's version (`massTransitVersion` on the wire).
+    #[serde(alias = "MassTransitVersion")]
+    pub mass_transit_version: Option<String>,
+    /// The operating system version.
+    #[serde(alias = "OperatingSystemVersion")]
+    pub operating_system_version: Option<String>,
+}
+
+static CURRENT: OnceLock<HostInfo> = OnceLock::new();
+
+impl HostInfo {
+    /// The host information of this process, computed once.
+    ///
+    /// Call [`HostInfo::set_application`] first to report the application's name and version.
+    pub fn current() -> &'static HostInfo {
+        CURRENT.get_or_init(|| HostInfo::detect(None, None))
+    }
+
+    /// Sets the application name and version reported in `assembly` / `assemblyVersion`. Only the
+    /// first call before any message is written takes effect; returns whether it did.
+    pub fn set_application(name: &str, version: &str) -> bool {
+        CURRENT
+            .set(HostInfo::detect(Some(name), Some(version)))
+            .is_ok()
+    }
+
+    fn detect(assembly: Option<&str>, version: Option<&str>) -> HostInfo {
+        let process_name = std::env::current_exe()
+            .ok()
+            .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+            .unwrap_or_else(|| "ferrybus".to_owned());
+        HostInfo {
+            machine_name: Some(gethostname::gethostname().to_string_lossy().into_owned()),
+            process_id: Some(i64::from(std::process::id())),
+            assembly: Some(assembly.map_or_else(|| process_name.clone(), str::to_owned)),
+            assembly_version: Some(version.unwrap_or("0.0.0").to_owned()),
+            framework_version: Some("rust".to_owned()),
+            mass_transit_version: Some(format!("ferrybus {}", env!("CARGO_PKG_VERSION"))),
+            operating_system_version: Some(os_version()),
+            process_name: Some(process_name),
+        }
+    }
+
+    /// The eight `MT-Host-*` headers MassTransit adds to messages it moves to `_error` or
+    /// `_skipped` (all strings).
+    pub fn headers(&self) -> [(&'static str, String); 8] {
+        let s = |v: &Option<String>| v.clone().unwrap_or_default();
+        [
+            ("MT-Host-MachineName", s(&self.machine_name)),
+            ("MT-Host-ProcessName", s(&self.process_name)),
+            (
+                "MT-Host-ProcessId",
+                self.process_id.map(|p| p.to_string()).unwrap_or_default(),
+            ),
+            ("MT-Host-Assembly", s(&self.assembly)),
+            ("MT-Host-AssemblyVersion", s(&self.assembly_version)),
+            ("MT-Host-MassTransitVersion", s(&self.mass_transit_version)),
+            ("MT-Host-FrameworkVersion", s(&self.framework_version)),
+            (
+                "MT-Host-OperatingSystemVersion",
+                s(&self.operating_system_version),
+            ),
+        ]
+    }
+}
+
+fn os_version() -> String {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_default();
+    if release.is_empty() {
+        std::env::consts::OS.to_owned()
+    } else {
+        format!("Unix {release}")
+    }
+}

@@ -1,0 +1,362 @@
+//! The MassTransit JSON envelope (`application/vnd.masstransit+json`).
+//!
+//! [`Envelope::from_slice`] reads every shape MassTransit has written (v5 to v8, System.Text.Json
+//! with nulls, Newtonsoft without them, PascalCase keys, `headers` as an object or an array,
+//! comments and trailing commas); serializing an [`Envelope`] writes the v8 shape: all 15 keys in
+//! MassTransit's order, camelCase, nulls written.
+//!
+//! ```
+//! use ferrybus_core::Envelope;
+//! let body = br#"{
+//!     "MessageId": "181c0000-6393-3630-36a4-08daf4e7c6da",
+//!     "messageType": ["urn:message:MassTransitRepro:SampleEvent"],
+//!     "message": { "value": 1 }, // comments are tolerated, as .NET tolerates them
+//! }"#;
+//! let envelope = Envelope::from_slice(body).unwrap();
+//! assert_eq!(envelope.message_id.unwrap().to_string(), "181c0000-6393-3630-36a4-08daf4e7c6da");
+//! assert_eq!(envelope.message["value"], 1);
+//!
+//! let written = serde_json::to_value(&envelope).unwrap();
+//! let keys: Vec<_> = written.as_object().unwrap().keys().cloned().collect();
+//! assert_eq!(keys.len(), 15);
+//! assert_eq!(keys[0], "messageId");
+//! ```
+
+mod headers;
+mod host;
+pub(crate) mod time;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+pub use headers::{is_mt_header, Headers};
+pub use host::HostInfo;
+
+/// The content type of MassTransit's JSON envelope.
+pub const ENVELOPE_CONTENT_TYPE: &str = "application/vnd.masstransit+json";
+/// The content type of raw (envelope-less) JSON messages.
+pub const RAW_JSON_CONTENT_TYPE: &str = "application/json";
+
+/// A MassTransit message envelope: the message payload and its metadata (masstransit-wire §1.1).
+///
+/// Field order is MassTransit's and is kept when serializing.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Envelope {
+    /// The message id (always set by MassTransit).
+    pub message_id: Option<Uuid>,
+    /// The request id, on requests, their responses and faults.
+    pub request_id: Option<Uuid>,
+    /// The correlation id, when the message has one.
+    pub correlation_id: Option<Uuid>,
+    /// The conversation id, kept through a chain of messages.
+    pub conversation_id: Option<Uuid>,
+    /// The correlation or request id of the message that caused this one.
+    pub initiator_id: Option<Uuid>,
+    /// The address of the endpoint (or bus) that sent the message.
+    pub source_address: Option<String>,
+    /// The address the message was sent or published to.
+    pub destination_address: Option<String>,
+    /// Where responses go (requests only).
+    pub response_address: Option<String>,
+    /// Where faults go, when the sender asked for that.
+    pub fault_address: Option<String>,
+    /// The message type URNs, the most specific first.
+    pub message_type: Vec<String>,
+    /// The payload.
+    pub message: Value,
+    /// When the message expires.
+    #[serde(with = "time::option")]
+    pub expiration_time: Option<DateTime<Utc>>,
+    /// When the message was sent.
+    #[serde(with = "time::option")]
+    pub sent_time: Option<DateTime<Utc>>,
+    /// Application and MassTransit headers.
+    pub headers: Headers,
+    /// The process that wrote the message.
+    pub host: Option<HostInfo>,
+}
+
+/// Why a body is not a usable MassTransit envelope. The `Display` text names the field and the
+/// reason in one line.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum EnvelopeError {
+    /// The body is not JSON, even with comments and trailing commas allowed.
+    #[error("body is not valid JSON: {0}")]
+    Json(String),
+    /// The body is JSON but not an object.
+    #[error("body is not a JSON object")]
+    NotAnObject,
+    /// The envelope has no `message` (or it is null).
+    #[error("message: missing or null (a MassTransit envelope must carry a message)")]
+    MissingMessage,
+    /// A field has a value of the wrong shape.
+    #[error("{field}: {reason}")]
+    InvalidField {
+        /// The envelope key (camelCase).
+        field: &'static str,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+impl EnvelopeError {
+    fn field(field: &'static str, reason: impl Into<String>) -> Self {
+        EnvelopeError::InvalidField {
+            field,
+            reason: reason.into(),
+        }
+    }
+}
+
+impl Envelope {
+    /// Reads an envelope from a message body.
+    pub fn from_slice(body: &[u8]) -> Result<Envelope, EnvelopeError> {
+        Self::from_value(parse_json(body)?)
+    }
+
+    /// Reads an envelope from parsed JSON, matching keys case-insensitively.
+    pub fn from_value(value: Value) -> Result<Envelope, EnvelopeError> {
+        let Value::Object(map) = value else {
+            return Err(EnvelopeError::NotAnObject);
+        };
+        let mut envelope = Envelope::default();
+        let mut message = None;
+        for (key, value) in map {
+            envelope.read_field(&key, value, &mut message)?;
+        }
+        envelope.message = match message {
+            Some(Value::Null) | None => return Err(EnvelopeError::MissingMessage),
+            Some(m) => m,
+        };
+        Ok(envelope)
+    }
+
+    fn read_field(
+        &mut self,
+        key: &str,
+        value: Value,
+        message: &mut Option<Value>,
+    ) -> Result<(), EnvelopeError> {
+        match key.to_ascii_lowercase().as_str() {
+            "messageid" => self.message_id = read_guid("messageId", value)?,
+            "requestid" => self.request_id = read_guid("requestId", value)?,
+            "correlationid" => self.correlation_id = read_guid("correlationId", value)?,
+            "conversationid" => self.conversation_id = read_guid("conversationId", value)?,
+            "initiatorid" => self.initiator_id = read_guid("initiatorId", value)?,
+            "sourceaddress" => self.source_address = read_string("sourceAddress", value)?,
+            "destinationaddress" => {
+                self.destination_address = read_string("destinationAddress", value)?
+            }
+            "responseaddress" => self.response_address = read_string("responseAddress", value)?,
+            "faultaddress" => self.fault_address = read_string("faultAddress", value)?,
+            "messagetype" => self.message_type = read_message_types(value)?,
+            "message" => *message = Some(value),
+            "expirationtime" => self.expiration_time = read_time("expirationTime", value)?,
+            "senttime" => self.sent_time = read_time("sentTime", value)?,
+            "headers" => {
+                self.headers =
+                    Headers::from_json(value).map_err(|r| EnvelopeError::field("headers", r))?
+            }
+            "host" => self.host = read_host(value)?,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The envelope as JSON bytes in the v8 shape.
+    pub fn to_vec(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("an envelope always serializes")
+    }
+
+    /// Whether any of this envelope's message types is `urn` (case-insensitive).
+    pub fn has_message_type(&self, urn: &str) -> bool {
+        self.message_type.iter().any(|t| t.eq_ignore_ascii_case(urn))
+    }
+}
+
+/// Parses JSON strictly, and falls back to a lenient parser that skips `//` and `/* */` comments
+/// and trailing commas, as System.Text.Json does with MassTransit's options.
+pub fn parse_json(body: &[u8]) -> Result<Value, EnvelopeError> {
+    match serde_json::from_slice(body) {
+        Ok(value) => Ok(value),
+        Err(strict) if strict.is_syntax() || strict.is_eof() => parse_lenient(body)
+            .ok_or_else(|| EnvelopeError::Json(strict.to_string())),
+        Err(other) => Err(EnvelopeError::Json(other.to_string())),
+    }
+}
+
+fn parse_lenient(body: &[u8]) -> Option<Value> {
+    let mut de = serde_json_lenient::Deserializer::from_slice(body);
+    de.set_ignore_trailing_commas(true);
+    de.set_allow_comments(true);
+    let lenient: serde_json_lenient::Value = serde::Deserialize::deserialize(&mut de).ok()?;
+    de.end().ok()?;
+    // Both crates share the JSON data model; re-encode once to hand back a serde_json value.
+    serde_json::from_slice(&serde_json_lenient::to_vec(&lenient).ok()?).ok()
+}
+
+fn read_guid(field: &'static str, value: Value) -> Result<Option<Uuid>, EnvelopeError> {
+    match value {
+        Value::Null => Ok(None),
+        Value::String(s) if s.trim().is_empty() => Ok(None),
+        Value::String(s) => parse_dotnet_guid(&s)
+            .map(Some)
+            .ok_or_else(|| EnvelopeError::field(field, format!("{s:?} is not a GUID"))),
+        other => Err(EnvelopeError::field(
+            field,
+            format!("expected a GUID string, found {}", json_kind(&other)),
+        )),
+    }
+}
+
+/// Parses a GUID in any format .NET's `Guid.TryParse` accepts for envelope ids: `D`
+/// (hyphenated), `N` (32 digits), `B` (`{...}`), `P` (`(...)`).
+pub fn parse_dotnet_guid(text: &str) -> Option<Uuid> {
+    let t = text.trim();
+    let inner = t
+        .strip_prefix('(')
+        .and_then(|s| s.strip_suffix(')'))
+        .unwrap_or(t);
+    Uuid::try_parse(inner).ok()
+}
+
+fn read_string(field: &'static str, value: Value) -> Result<Option<String>, EnvelopeError> {
+    match value {
+        Value::Null => Ok(None),
+        Value::String(s) => Ok(Some(s)),
+        other => Err(EnvelopeError::field(
+            field,
+            format!("expected a string, found {}", json_kind(&other)),
+        )),
+    }
+}
+
+fn read_message_types(value: Value) -> Result<Vec<String>, EnvelopeError> {
+    let invalid = || EnvelopeError::field("messageType", "expected an array of URN strings");
+    match value {
+        Value::Null => Ok(Vec::new()),
+        Value::String(s) => Ok(s.split(';').map(str::to_owned).collect()),
+        Value::Array(items) => items
+            .into_iter()
+            .map(|v| match v {
+                Value::String(s) => Ok(s),
+                _ => Err(invalid()),
+            })
+            .collect(),
+        _ => Err(invalid()),
+    }
+}
+
+fn read_time(field: &'static str, value: Value) -> Result<Option<DateTime<Utc>>, EnvelopeError> {
+    match value {
+        Value::Null => Ok(None),
+        Value::String(s) if s.is_empty() => Ok(None),
+        Value::String(s) => time::parse_dotnet_time(&s)
+            .map(Some)
+            .ok_or_else(|| EnvelopeError::field(field, format!("{s:?} is not a date-time"))),
+        other => Err(EnvelopeError::field(
+            field,
+            format!("expected a date-time string, found {}", json_kind(&other)),
+        )),
+    }
+}
+
+fn read_host(value: Value) -> Result<Option<HostInfo>, EnvelopeError> {
+    match value {
+        Value::Null => Ok(None),
+        Value::Object(map) => {
+            let lowered: Map<String, Value> = map
+                .into_iter()
+                .map(|(k, v)| (camel_case_key(&k), v))
+                .collect();
+            serde_json::from_value(Value::Object(lowered))
+                .map(Some)
+                .map_err(|e| EnvelopeError::field("host", e.to_string()))
+        }
+        other => Err(EnvelopeError::field(
+            "host",
+            format!("expected an object, found {}", json_kind(&other)),
+        )),
+    }
+}
+
+fn camel_case_key(key: &str) -> String {
+    let mut chars = key.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_bad_ids_with_the_field_name() {
+        let err = Envelope::from_slice(br#"{"messageId": "nope", "message": {}}"#).unwrap_err();
+        assert_eq!(err.to_string(), "messageId: \"nope\" is not a GUID");
+    }
+
+    #[test]
+    fn requires_a_message() {
+        let err = Envelope::from_slice(br#"{"messageId": null}"#).unwrap_err();
+        assert_eq!(err, EnvelopeError::MissingMessage);
+        let err = Envelope::from_slice(br#"{"message": null}"#).unwrap_err();
+        assert_eq!(err, EnvelopeError::MissingMessage);
+    }
+
+    #[test]
+    fn reports_bad_json() {
+        assert!(matches!(
+            Envelope::from_slice(b"{not json").unwrap_err(),
+            EnvelopeError::Json(_)
+        ));
+        assert_eq!(
+            Envelope::from_slice(b"[1]").unwrap_err(),
+            EnvelopeError::NotAnObject
+        );
+    }
+
+    #[test]
+    fn accepts_dotnet_guid_formats() {
+        for s in [
+            "181c0000-6393-3630-36a4-08daf4e7c6da",
+            "181c00006393363036a408daf4e7c6da",
+            "{181c0000-6393-3630-36a4-08daf4e7c6da}",
+            "(181C0000-6393-3630-36A4-08DAF4E7C6DA)",
+        ] {
+            assert_eq!(
+                parse_dotnet_guid(s).unwrap().to_string(),
+                "181c0000-6393-3630-36a4-08daf4e7c6da"
+            );
+        }
+    }
+
+    #[test]
+    fn writes_all_keys_in_order_with_nulls() {
+        let envelope = Envelope {
+            message: serde_json::json!({}),
+            ..Envelope::default()
+        };
+        let text = String::from_utf8(envelope.to_vec()).unwrap();
+        assert_eq!(
+            text,
+            r#"{"messageId":null,"requestId":null,"correlationId":null,"conversationId":null,"initiatorId":null,"sourceAddress":null,"destinationAddress":null,"responseAddress":null,"faultAddress":null,"messageType":[],"message":{},"expirationTime":null,"sentTime":null,"headers":{},"host":null}"#
+        );
+    }
+}

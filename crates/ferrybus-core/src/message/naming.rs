@@ -1,0 +1,92 @@
+//! Endpoint names and consumer ids, derived as MassTransit derives them.
+
+use md5::{Digest, Md5};
+use uuid::Uuid;
+
+/// MassTransit's kebab-case endpoint name formatter: a `-` before every upper-case letter that
+/// follows a lower-case letter or a digit, `_` turned into `-`, everything lower-cased, and a
+/// trailing `Consumer` removed.
+///
+/// ```
+/// use ferrybus_core::kebab_case;
+/// assert_eq!(kebab_case("SubmitOrderConsumer"), "submit-order");
+/// assert_eq!(kebab_case("OrderAPI"), "order-api");
+/// assert_eq!(kebab_case("billing_invoice"), "billing-invoice");
+/// ```
+pub fn kebab_case(type_name: &str) -> String {
+    let name = type_name
+        .strip_suffix("Consumer")
+        .filter(|n| !n.is_empty())
+        .unwrap_or(type_name);
+    let mut out = String::with_capacity(name.len() + 4);
+    let mut previous: Option<char> = None;
+    for c in name.chars() {
+        if c.is_uppercase()
+            && previous.is_some_and(|p| p.is_lowercase() || p.is_ascii_digit())
+        {
+            out.push('-');
+        }
+        if c == '_' {
+            out.push('-');
+        } else {
+            out.extend(c.to_lowercase());
+        }
+        previous = Some(c);
+    }
+    out
+}
+
+/// The last path segment of a Rust type name: `billing::InvoiceConsumer` → `InvoiceConsumer`.
+///
+/// ```
+/// struct InvoiceConsumer;
+/// assert_eq!(ferrybus_core::short_type_name::<InvoiceConsumer>(), "InvoiceConsumer");
+/// ```
+pub fn short_type_name<T: ?Sized>() -> &'static str {
+    let full = std::any::type_name::<T>();
+    let without_generics = full.split('<').next().unwrap_or(full);
+    without_generics
+        .rsplit("::")
+        .next()
+        .unwrap_or(without_generics)
+}
+
+/// The inbox consumer id MassTransit derives for a consumer on an endpoint: MD5 of
+/// `"<ConsumerType>:<MessageType>:<queue>"` read as a .NET (mixed-endian) GUID.
+///
+/// Use the .NET names of a consumer that a .NET service also runs, so both dedupe against each
+/// other (masstransit-outbox §2.1):
+///
+/// ```
+/// use ferrybus_core::consumer_id;
+/// let id = consumer_id(
+///     "Sample.Components.Consumers.ValidateRegistrationConsumer",
+///     "Sample.Components.Contracts.RegistrationSubmitted",
+///     "validate-registration",
+/// );
+/// assert_eq!(id.to_string(), "8a7d86ea-1445-26d8-67cd-f62e24c9d4a8");
+/// ```
+pub fn consumer_id(consumer_type: &str, message_type: &str, queue: &str) -> Uuid {
+    let key = format!("{consumer_type}:{message_type}:{queue}");
+    let digest: [u8; 16] = Md5::digest(key.as_bytes()).into();
+    Uuid::from_bytes_le(digest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kebab_case_matches_masstransit() {
+        assert_eq!(kebab_case("SubmitOrderConsumer"), "submit-order");
+        assert_eq!(kebab_case("BillingInvoice"), "billing-invoice");
+        assert_eq!(kebab_case("Order2Shipped"), "order2-shipped");
+        assert_eq!(kebab_case("Consumer"), "consumer");
+    }
+
+    #[test]
+    fn short_names() {
+        assert_eq!(short_type_name::<String>(), "String");
+        assert_eq!(short_type_name::<Vec<u8>>(), "Vec");
+    }
+}

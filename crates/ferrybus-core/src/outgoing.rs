@@ -1,0 +1,394 @@
+//! Outgoing messages: what a publish, send or respond produces, and the [`MessageSink`] that
+//! delivers it (a broker, an outbox table, or a test double).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+use crate::address::{AddressError, EndpointAddress, HostAddress};
+use crate::envelope::{Envelope, Headers, HostInfo, ENVELOPE_CONTENT_TYPE};
+use crate::message::{Message, MessageType, TypeName};
+use crate::BoxError;
+
+/// One message ready to leave the process: a serialized body and the metadata a transport or an
+/// outbox row needs. Its fields map one to one to MassTransit's `OutboxMessage` columns.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OutgoingMessage {
+    /// The message id.
+    pub message_id: Uuid,
+    /// The conversation id.
+    pub conversation_id: Option<Uuid>,
+    /// The correlation id.
+    pub correlation_id: Option<Uuid>,
+    /// The initiator id.
+    pub initiator_id: Option<Uuid>,
+    /// The request id.
+    pub request_id: Option<Uuid>,
+    /// The sender's address.
+    pub source_address: Option<String>,
+    /// Where the message goes: an exchange address (`rabbitmq://host/vhost/name?options`).
+    pub destination_address: String,
+    /// Where responses go.
+    pub response_address: Option<String>,
+    /// Where faults go.
+    pub fault_address: Option<String>,
+    /// The message type URNs.
+    pub message_type: Vec<String>,
+    /// The body's content type.
+    pub content_type: String,
+    /// The serialized body (the envelope, for MassTransit's content type).
+    pub body: Arc<[u8]>,
+    /// The headers, mirrored to transport headers.
+    pub headers: Headers,
+    /// When the message was sent.
+    pub sent_time: DateTime<Utc>,
+    /// When the message expires.
+    pub expiration_time: Option<DateTime<Utc>>,
+    /// Exchanges of base types to bind from the destination exchange (publishes only).
+    pub publish_bindings: Vec<String>,
+}
+
+impl OutgoingMessage {
+    /// The remaining time to live, if the message expires (never less than one second, as
+    /// MassTransit turns a zero or negative TTL into one second).
+    pub fn time_to_live(&self) -> Option<Duration> {
+        self.expiration_time.map(|t| {
+            let ms = (t - Utc::now()).num_milliseconds().max(1000);
+            Duration::from_millis(ms as u64)
+        })
+    }
+
+    /// The destination entity (exchange) name: the last path segment of the destination address.
+    pub fn destination(&self) -> Result<EndpointAddress, AddressError> {
+        EndpointAddress::parse(&self.destination_address)
+    }
+
+    /// The transport properties MassTransit's outbox stores beside a message
+    /// (`{"RMQ-Exchange": "<exchange>"}` for RabbitMQ addresses).
+    pub fn transport_properties(&self) -> Option<Map<String, Value>> {
+        let address = self.destination().ok()?;
+        if !address.scheme.starts_with("rabbitmq") && !address.scheme.starts_with("amqp") {
+            return None;
+        }
+        let mut properties = Map::new();
+        properties.insert("RMQ-Exchange".into(), Value::String(address.name));
+        Some(properties)
+    }
+
+    /// The base-type exchanges to bind for this message when it was published to its type's
+    /// exchange, derived from the URN list (used for messages read back from an outbox table).
+    pub fn derive_publish_bindings(&mut self) {
+        let Ok(destination) = self.destination() else { return };
+        let names: Vec<String> = self
+            .message_type
+            .iter()
+            .filter_map(|urn| TypeName::parse(urn).ok())
+            .map(|t| t.entity_name())
+            .collect();
+        if names.first() == Some(&destination.name) {
+            self.publish_bindings = names[1..].to_vec();
+        }
+    }
+}
+
+/// Somewhere outgoing messages go: a broker connection, an outbox table, or a test recorder.
+///
+/// Transports implement it to deliver with publisher confirms; the consumer outbox swaps the
+/// context's sink for one that writes outbox rows.
+#[async_trait]
+pub trait MessageSink: Send + Sync + 'static {
+    /// Delivers one message. Returns once the destination has accepted it.
+    async fn deliver(&self, message: OutgoingMessage) -> Result<(), BoxError>;
+}
+
+/// A shared [`MessageSink`].
+pub type SharedSink = Arc<dyn MessageSink>;
+
+/// Options of one publish or send, MassTransit's `SendContext` settings.
+///
+/// ```
+/// use ferrybus_core::SendOptions;
+/// use std::time::Duration;
+/// let options = SendOptions::new()
+///     .header("Tenant", "acme")
+///     .time_to_live(Duration::from_secs(30))
+///     .correlation_id(uuid::Uuid::nil());
+/// assert_eq!(options.headers().get_str("tenant"), Some("acme"));
+/// ```
+#[derive(Clone, Debug, Default)]
+pub struct SendOptions {
+    message_id: Option<Uuid>,
+    correlation_id: Option<Uuid>,
+    request_id: Option<Uuid>,
+    conversation_id: Option<Uuid>,
+    response_address: Option<String>,
+    fault_address: Option<String>,
+    time_to_live: Option<Duration>,
+    headers: Headers,
+}
+
+impl SendOptions {
+    /// Default options.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Uses this message id instead of a new one (keep it stable across retries of a publisher).
+    pub fn message_id(mut self, id: Uuid) -> Self {
+        self.message_id = Some(id);
+        self
+    }
+
+    /// Sets the correlation id.
+    pub fn correlation_id(mut self, id: Uuid) -> Self {
+        self.correlation_id = Some(id);
+        self
+    }
+
+    /// Sets the request id.
+    pub fn request_id(mut self, id: Uuid) -> Self {
+        self.request_id = Some(id);
+        self
+    }
+
+    /// Sets the conversation id (normally kept from the consumed message or new).
+    pub fn conversation_id(mut self, id: Uuid) -> Self {
+        self.conversation_id = Some(id);
+        self
+    }
+
+    /// Sets where responses go.
+    pub fn response_address(mut self, address: impl Into<String>) -> Self {
+        self.response_address = Some(address.into());
+        self
+    }
+
+    /// Sets where faults go.
+    pub fn fault_address(mut self, address: impl Into<String>) -> Self {
+        self.fault_address = Some(address.into());
+        self
+    }
+
+    /// Sets the time to live (`expirationTime` in the envelope, `expiration` on AMQP).
+    pub fn time_to_live(mut self, ttl: Duration) -> Self {
+        self.time_to_live = Some(ttl);
+        self
+    }
+
+    /// Adds a header (written to the envelope `headers`, mirrored to transport headers).
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.headers.insert(name, value);
+        self
+    }
+
+    /// The headers set so far.
+    pub fn headers(&self) -> &Headers {
+        &self.headers
+    }
+}
+
+/// What the message being built inherits from the message being consumed (MassTransit's
+/// `TransferConsumeContextHeaders`): conversation, initiator, non-`MT-` headers, source address.
+#[derive(Clone, Debug, Default)]
+pub struct MessageOrigin {
+    /// The address written as `sourceAddress`.
+    pub source_address: Option<String>,
+    /// The consumed message's conversation id.
+    pub conversation_id: Option<Uuid>,
+    /// The consumed message's correlation id, else its request id.
+    pub initiator_id: Option<Uuid>,
+    /// Headers carried over.
+    pub headers: Headers,
+}
+
+impl MessageOrigin {
+    /// The origin of a message sent from inside a consumer of `consumed`, at `input_address`.
+    pub fn consumed(consumed: &Envelope, input_address: &str) -> Self {
+        Self {
+            source_address: Some(input_address.to_owned()),
+            conversation_id: consumed.conversation_id,
+            initiator_id: consumed.correlation_id.or(consumed.request_id),
+            headers: consumed.headers.transferable(),
+        }
+    }
+}
+
+/// Builds outgoing messages in MassTransit's shape for one host.
+#[derive(Clone, Debug)]
+pub struct MessageFactory {
+    host: HostAddress,
+}
+
+impl MessageFactory {
+    /// A factory for messages on `host`.
+    pub fn new(host: HostAddress) -> Self {
+        Self { host }
+    }
+
+    /// The host address.
+    pub fn host(&self) -> &HostAddress {
+        &self.host
+    }
+
+    /// A publish of `message`: to the exchange of its type, with every base type advertised.
+    pub fn publish<M: Message>(
+        &self,
+        message: &M,
+        origin: &MessageOrigin,
+        options: SendOptions,
+    ) -> Result<OutgoingMessage, BoxError> {
+        let message_type = M::message_type();
+        let destination = self.host.entity_address(message_type.entity_name());
+        let payload = serde_json::to_value(message)?;
+        self.build(&message_type, payload, destination, origin, options, true)
+    }
+
+    /// A send of `message` to `address` (`queue:name`, `exchange:name`, or a full URI).
+    pub fn send<M: Message>(
+        &self,
+        address: &str,
+        message: &M,
+        origin: &MessageOrigin,
+        options: SendOptions,
+    ) -> Result<OutgoingMessage, BoxError> {
+        let destination = self.host.resolve(address)?;
+        let payload = serde_json::to_value(message)?;
+        self.build(&M::message_type(), payload, destination, origin, options, false)
+    }
+
+    /// A message of an explicit type with a JSON payload (faults, forwarded messages).
+    pub fn build(
+        &self,
+        message_type: &MessageType,
+        payload: Value,
+        destination: String,
+        origin: &MessageOrigin,
+        options: SendOptions,
+        publish: bool,
+    ) -> Result<OutgoingMessage, BoxError> {
+        let now = Utc::now();
+        let mut headers = origin.headers.clone();
+        for (name, value) in options.headers.iter() {
+            headers.insert(name, value.clone());
+        }
+        let all_types = message_type.all_types();
+        let envelope = Envelope {
+            message_id: Some(options.message_id.unwrap_or_else(Uuid::now_v7)),
+            request_id: options.request_id,
+            correlation_id: options.correlation_id,
+            conversation_id: Some(
+                options
+                    .conversation_id
+                    .or(origin.conversation_id)
+                    .unwrap_or_else(Uuid::now_v7),
+            ),
+            initiator_id: origin.initiator_id,
+            source_address: origin.source_address.clone(),
+            destination_address: Some(destination),
+            response_address: options.response_address,
+            fault_address: options.fault_address,
+            message_type: all_types.iter().map(|t| t.urn().to_owned()).collect(),
+            message: payload,
+            expiration_time: options
+                .time_to_live
+                .and_then(|ttl| chrono::Duration::from_std(ttl).ok())
+                .map(|ttl| now + ttl),
+            sent_time: Some(now),
+            headers,
+            host: Some(HostInfo::current().clone()),
+        };
+        let publish_bindings = if publish {
+            all_types[1..].iter().map(|t| t.entity_name().to_owned()).collect()
+        } else {
+            Vec::new()
+        };
+        Ok(Self::from_envelope(envelope, publish_bindings))
+    }
+
+    /// Wraps a complete envelope as an outgoing message.
+    pub fn from_envelope(envelope: Envelope, publish_bindings: Vec<String>) -> OutgoingMessage {
+        let body: Arc<[u8]> = envelope.to_vec().into();
+        OutgoingMessage {
+            message_id: envelope.message_id.unwrap_or_else(Uuid::now_v7),
+            conversation_id: envelope.conversation_id,
+            correlation_id: envelope.correlation_id,
+            initiator_id: envelope.initiator_id,
+            request_id: envelope.request_id,
+            source_address: envelope.source_address,
+            destination_address: envelope.destination_address.unwrap_or_default(),
+            response_address: envelope.response_address,
+            fault_address: envelope.fault_address,
+            message_type: envelope.message_type,
+            content_type: ENVELOPE_CONTENT_TYPE.to_owned(),
+            body,
+            headers: envelope.headers,
+            sent_time: envelope.sent_time.unwrap_or_else(Utc::now),
+            expiration_time: envelope.expiration_time,
+            publish_bindings,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::{Deserialize, Serialize};
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct OrderPlaced {
+        order_id: Uuid,
+    }
+
+    impl Message for OrderPlaced {
+        fn message_type() -> MessageType {
+            MessageType::parse("Bookstore.Contracts:OrderPlaced")
+                .unwrap()
+                .implements(MessageType::parse("Bookstore.Contracts:IOrderEvent").unwrap())
+        }
+    }
+
+    #[test]
+    fn publish_follows_masstransit_rules() {
+        let factory = MessageFactory::new(HostAddress::new("rabbitmq", "localhost", None, "/"));
+        let mut consumed = Envelope {
+            conversation_id: Some(Uuid::from_u128(7)),
+            request_id: Some(Uuid::from_u128(9)),
+            ..Envelope::default()
+        };
+        consumed.headers.insert("Tenant", "acme");
+        consumed.headers.insert("MT-Activity-Id", "x");
+        let origin = MessageOrigin::consumed(&consumed, "rabbitmq://localhost/billing");
+        let out = factory
+            .publish(&OrderPlaced { order_id: Uuid::nil() }, &origin, SendOptions::new())
+            .unwrap();
+        assert_eq!(out.destination_address, "rabbitmq://localhost/Bookstore.Contracts:OrderPlaced");
+        assert_eq!(out.conversation_id, Some(Uuid::from_u128(7)));
+        assert_eq!(out.initiator_id, Some(Uuid::from_u128(9)));
+        assert_eq!(out.headers.get_str("tenant"), Some("acme"));
+        assert!(!out.headers.contains("MT-Activity-Id"));
+        assert_eq!(out.publish_bindings, ["Bookstore.Contracts:IOrderEvent"]);
+        assert_eq!(
+            out.transport_properties().unwrap()["RMQ-Exchange"],
+            "Bookstore.Contracts:OrderPlaced"
+        );
+        let envelope = Envelope::from_slice(&out.body).unwrap();
+        assert_eq!(envelope.message["orderId"], Uuid::nil().to_string());
+        assert_eq!(envelope.source_address.as_deref(), Some("rabbitmq://localhost/billing"));
+    }
+
+    #[test]
+    fn derives_bindings_from_urns() {
+        let factory = MessageFactory::new(HostAddress::new("rabbitmq", "localhost", None, "/"));
+        let mut out = factory
+            .publish(&OrderPlaced { order_id: Uuid::nil() }, &MessageOrigin::default(), SendOptions::new())
+            .unwrap();
+        out.publish_bindings.clear();
+        out.derive_publish_bindings();
+        assert_eq!(out.publish_bindings, ["Bookstore.Contracts:IOrderEvent"]);
+    }
+}

@@ -1,0 +1,198 @@
+//! [`ConsumeRequest`]: what flows through a consumer's tower pipeline.
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::envelope::{Envelope, Headers};
+use crate::message::{consumer_id, MessageType};
+use crate::outgoing::{MessageFactory, SharedSink};
+
+/// A received message after its body was read: the envelope and where it came from.
+#[derive(Clone, Debug)]
+pub struct ReceivedMessage {
+    /// The envelope, with the payload still as JSON.
+    pub envelope: Envelope,
+    /// The receiving endpoint's address.
+    pub input_address: String,
+    /// Whether the broker redelivered it (after a nack or a lost channel).
+    pub redelivered: bool,
+    /// The transport headers (AMQP headers), as received.
+    pub transport_headers: Headers,
+    /// The body's content type.
+    pub content_type: String,
+}
+
+impl ReceivedMessage {
+    /// `MT-Redelivery-Count` from the envelope (or transport) headers; 0 when absent.
+    pub fn redelivery_count(&self) -> u32 {
+        self.envelope
+            .headers
+            .get_i64("MT-Redelivery-Count")
+            .or_else(|| self.transport_headers.get_i64("MT-Redelivery-Count"))
+            .and_then(|n| u32::try_from(n).ok())
+            .unwrap_or(0)
+    }
+
+    /// The inbox key: `MT-OriginalMessageId` when a redelivery replaced the id, else the
+    /// message id.
+    pub fn original_message_id(&self) -> Option<Uuid> {
+        self.envelope
+            .headers
+            .get_str("MT-OriginalMessageId")
+            .and_then(crate::envelope::parse_dotnet_guid)
+            .or(self.envelope.message_id)
+    }
+}
+
+/// Which consumer a pipeline runs: its name, message type and endpoint.
+#[derive(Clone, Debug)]
+pub struct ConsumerInfo {
+    name: String,
+    message_type: MessageType,
+    queue: String,
+}
+
+impl ConsumerInfo {
+    /// Describes consumer `name` of `message_type` on endpoint `queue`.
+    pub fn new(name: impl Into<String>, message_type: MessageType, queue: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            message_type,
+            queue: queue.into(),
+        }
+    }
+
+    /// The consumer's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The message type it consumes.
+    pub fn message_type(&self) -> &MessageType {
+        &self.message_type
+    }
+
+    /// The endpoint (queue) name.
+    pub fn queue(&self) -> &str {
+        &self.queue
+    }
+
+    /// The inbox consumer id, derived as MassTransit derives it from
+    /// `"<consumer>:<message .NET type>:<queue>"`.
+    pub fn consumer_id(&self) -> Uuid {
+        consumer_id(&self.name, &self.message_type.dotnet_name(), &self.queue)
+    }
+}
+
+/// The request every consumer pipeline service takes: the received message, the consumer it is
+/// for, the sink outgoing messages go to, shared extensions and the retry attempt.
+///
+/// Cloning gives a fresh request for a new attempt: the same message, empty extensions.
+pub struct ConsumeRequest {
+    received: Arc<ReceivedMessage>,
+    consumer: Arc<ConsumerInfo>,
+    sink: SharedSink,
+    factory: Arc<MessageFactory>,
+    extensions: http::Extensions,
+    cancellation: CancellationToken,
+    attempt: u32,
+}
+
+impl ConsumeRequest {
+    /// A first-attempt request.
+    pub fn new(
+        received: Arc<ReceivedMessage>,
+        consumer: Arc<ConsumerInfo>,
+        sink: SharedSink,
+        factory: Arc<MessageFactory>,
+        cancellation: CancellationToken,
+    ) -> Self {
+        Self {
+            received,
+            consumer,
+            sink,
+            factory,
+            extensions: http::Extensions::new(),
+            cancellation,
+            attempt: 0,
+        }
+    }
+
+    /// The received message.
+    pub fn received(&self) -> &ReceivedMessage {
+        &self.received
+    }
+
+    /// The consumer this request is for.
+    pub fn consumer(&self) -> &ConsumerInfo {
+        &self.consumer
+    }
+
+    /// Where outgoing messages go.
+    pub fn sink(&self) -> &SharedSink {
+        &self.sink
+    }
+
+    /// Replaces the sink (the consumer outbox does, to capture what the consumer sends).
+    pub fn set_sink(&mut self, sink: SharedSink) {
+        self.sink = sink;
+    }
+
+    /// The message factory (host address) used for publish and send.
+    pub fn factory(&self) -> &MessageFactory {
+        &self.factory
+    }
+
+    /// Values shared between middleware and the consumer.
+    pub fn extensions(&self) -> &http::Extensions {
+        &self.extensions
+    }
+
+    /// Mutable shared values.
+    pub fn extensions_mut(&mut self) -> &mut http::Extensions {
+        &mut self.extensions
+    }
+
+    /// Cancelled when the endpoint stops.
+    pub fn cancellation(&self) -> &CancellationToken {
+        &self.cancellation
+    }
+
+    /// The retry attempt, 0 for the first.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// A copy for the next retry attempt: same message, empty extensions, attempt + 1.
+    pub fn next_attempt(&self) -> Self {
+        let mut next = self.clone();
+        next.attempt += 1;
+        next
+    }
+}
+
+impl Clone for ConsumeRequest {
+    fn clone(&self) -> Self {
+        Self {
+            received: self.received.clone(),
+            consumer: self.consumer.clone(),
+            sink: self.sink.clone(),
+            factory: self.factory.clone(),
+            extensions: http::Extensions::new(),
+            cancellation: self.cancellation.clone(),
+            attempt: self.attempt,
+        }
+    }
+}
+
+impl std::fmt::Debug for ConsumeRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsumeRequest")
+            .field("message_id", &self.received.envelope.message_id)
+            .field("consumer", &self.consumer.name)
+            .field("attempt", &self.attempt)
+            .finish_non_exhaustive()
+    }
+}

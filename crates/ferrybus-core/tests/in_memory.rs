@@ -1,0 +1,373 @@
+//! The in-memory transport end to end: consumers run, retries retry, faults reach the error queue
+//! with a published `Fault<T>`, unknown types reach the skipped queue.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ferrybus_core::memory::{StoredMessage, TestHarness};
+use ferrybus_core::{
+    consumer_fn, ConsumeContext, ConsumeError, Consumer, EndpointConfig, Envelope, Fault, Message,
+    ReceiveFault, RetryPolicy, SendOptions,
+};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+#[derive(Debug, Clone, Serialize, Deserialize, Message)]
+#[serde(rename_all = "camelCase")]
+#[message(namespace = "Bookstore.Contracts", implements = ["Bookstore.Contracts:IOrderEvent"])]
+struct OrderPlaced {
+    order_id: Uuid,
+    total: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Message)]
+#[serde(rename_all = "camelCase")]
+#[message(namespace = "Bookstore.Contracts")]
+struct IOrderEvent {
+    order_id: Uuid,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Message)]
+#[serde(rename_all = "camelCase")]
+#[message(namespace = "Bookstore.Contracts")]
+struct InvoiceCreated {
+    order_id: Uuid,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Message)]
+#[message(namespace = "Elsewhere")]
+struct Unrelated {}
+
+fn order() -> OrderPlaced {
+    OrderPlaced {
+        order_id: Uuid::now_v7(),
+        total: "12.00".into(),
+    }
+}
+
+/// Counts attempts and fails the first `failures` of them.
+struct Flaky {
+    attempts: Arc<AtomicU32>,
+    failures: u32,
+}
+
+impl Consumer<OrderPlaced> for Flaky {
+    async fn consume(&self, _ctx: ConsumeContext<OrderPlaced>) -> Result<(), ConsumeError> {
+        let attempt = self.attempts.fetch_add(1, Ordering::SeqCst);
+        if attempt < self.failures {
+            return Err(ConsumeError::handler(format!("payment gateway down (attempt {attempt})")));
+        }
+        Ok(())
+    }
+}
+
+fn flaky(failures: u32) -> (Flaky, Arc<AtomicU32>) {
+    let attempts = Arc::new(AtomicU32::new(0));
+    (
+        Flaky {
+            attempts: attempts.clone(),
+            failures,
+        },
+        attempts,
+    )
+}
+
+#[tokio::test]
+async fn a_consumer_runs_and_sees_the_envelope() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = seen.clone();
+    let harness = TestHarness::start([EndpointConfig::new("billing").consumer(consumer_fn(
+        "InvoiceConsumer",
+        move |ctx: ConsumeContext<OrderPlaced>| {
+            let record = record.clone();
+            async move {
+                record.lock().unwrap().push((ctx.message_id(), ctx.message().total.clone(), ctx.headers().get_str("Tenant").map(str::to_owned)));
+                Ok(())
+            }
+        },
+    ))]);
+    let id = harness
+        .publish_with(&order(), SendOptions::new().header("Tenant", "acme"))
+        .await
+        .unwrap();
+    harness.consumed(id).await.unwrap();
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [(Some(id), "12.00".to_owned(), Some("acme".to_owned()))]
+    );
+    harness.stop().await;
+}
+
+#[tokio::test]
+async fn the_retry_policy_retries_until_the_consumer_succeeds() {
+    let (consumer, attempts) = flaky(2);
+    let harness = TestHarness::start([EndpointConfig::new("billing")
+        .retry(RetryPolicy::immediate(2))
+        .consumer(consumer)]);
+    let id = harness.publish(&order()).await.unwrap();
+    harness.consumed(id).await.unwrap();
+    assert_eq!(attempts.load(Ordering::SeqCst), 3);
+    assert!(harness.broker().messages("billing_error").is_empty());
+    harness.stop().await;
+}
+
+#[tokio::test]
+async fn a_final_failure_moves_to_the_error_queue_and_publishes_a_fault() {
+    let (consumer, attempts) = flaky(u32::MAX);
+    let harness = TestHarness::start([EndpointConfig::new("billing")
+        .retry(RetryPolicy::intervals([Duration::from_millis(5)]))
+        .consumer(consumer)]);
+    let id = harness.publish(&order()).await.unwrap();
+    assert_eq!(harness.faulted(id).await.unwrap(), "billing");
+    assert_eq!(attempts.load(Ordering::SeqCst), 2);
+
+    let errors = harness.broker().messages("billing_error");
+    assert_eq!(errors.len(), 1);
+    let moved = &errors[0];
+    assert_eq!(moved.message_id.as_deref(), Some(id.to_string().as_str()));
+    let h = &moved.headers;
+    assert_eq!(h.get_str("MT-Reason"), Some("fault"));
+    assert_eq!(h.get_str("MT-Fault-Message"), Some("payment gateway down (attempt 1)"));
+    assert_eq!(h.get_str("MT-Fault-ConsumerType"), Some("Flaky"));
+    assert_eq!(h.get_str("MT-Fault-MessageType"), Some("Bookstore.Contracts.OrderPlaced"));
+    assert_eq!(h.get_str("MT-Fault-InputAddress"), Some("loopback://localhost/billing"));
+    assert_eq!(h.get_i64("MT-Fault-RetryCount"), Some(1));
+    assert!(h.get_str("MT-Host-ProcessId").is_some());
+    // The original body is moved unchanged.
+    assert_eq!(Envelope::from_slice(&moved.body).unwrap().message_id, Some(id));
+
+    let fault = harness.sent::<Fault<OrderPlaced>>().await.unwrap();
+    assert_eq!(
+        fault.message_type,
+        [
+            "urn:message:MassTransit:Fault[[Bookstore.Contracts:OrderPlaced]]",
+            "urn:message:MassTransit:Fault[[Bookstore.Contracts:IOrderEvent]]",
+            "urn:message:MassTransit:Fault",
+        ]
+    );
+    assert_eq!(
+        fault.destination_address.as_deref(),
+        Some("loopback://localhost/MassTransit:Fault--Bookstore.Contracts:OrderPlaced--")
+    );
+    let payload: Fault<OrderPlaced> = serde_json::from_value(fault.message).unwrap();
+    assert_eq!(payload.faulted_message_id, Some(id));
+    assert_eq!(payload.exceptions[0].message.as_deref(), Some("payment gateway down (attempt 1)"));
+    assert_eq!(payload.fault_message_types[0], "urn:message:Bookstore.Contracts:OrderPlaced");
+    harness.stop().await;
+}
+
+#[tokio::test]
+async fn faults_go_to_the_fault_address_when_there_is_one() {
+    let (consumer, _) = flaky(u32::MAX);
+    let harness = TestHarness::start([
+        EndpointConfig::new("billing").consumer(consumer),
+        EndpointConfig::new("fault-watch"),
+    ]);
+    let id = harness
+        .publish_with(&order(), SendOptions::new().fault_address("queue:faults"))
+        .await
+        .unwrap();
+    harness.faulted(id).await.unwrap();
+    let fault = harness.sent::<Fault<OrderPlaced>>().await.unwrap();
+    assert_eq!(fault.destination_address.as_deref(), Some("loopback://localhost/faults?bind=true"));
+    assert_eq!(harness.broker().messages("faults").len(), 1);
+    harness.stop().await;
+}
+
+#[tokio::test]
+async fn an_unknown_message_type_goes_to_the_skipped_queue() {
+    let (consumer, attempts) = flaky(0);
+    let harness = TestHarness::start([EndpointConfig::new("billing").consumer(consumer)]);
+    let id = harness.send("queue:billing", &Unrelated {}).await.unwrap();
+    harness.skipped(&id.to_string()).await.unwrap();
+    let skipped = harness.broker().messages("billing_skipped");
+    assert_eq!(skipped.len(), 1);
+    assert_eq!(skipped[0].headers.get_str("MT-Reason"), Some("dead-letter"));
+    assert!(skipped[0].headers.get_str("MT-Host-MachineName").is_some());
+    assert_eq!(attempts.load(Ordering::SeqCst), 0);
+    harness.stop().await;
+}
+
+#[tokio::test]
+async fn a_body_that_is_not_an_envelope_goes_to_the_error_queue_with_a_receive_fault() {
+    let (consumer, _) = flaky(0);
+    let harness = TestHarness::start([EndpointConfig::new("billing").consumer(consumer)]);
+    for (id, body) in [
+        ("bad-json", &b"{not json"[..]),
+        ("bad-id", &br#"{"messageId": "nope", "messageType": [], "message": {}}"#[..]),
+        ("no-message", &br#"{"messageId": "181c0000-6393-3630-36a4-08daf4e7c6da"}"#[..]),
+    ] {
+        harness.publish_raw(
+            "billing",
+            StoredMessage {
+                body: body.into(),
+                message_id: Some(id.to_owned()),
+                ..StoredMessage::default()
+            },
+        );
+        harness.faulted_raw(id).await.unwrap();
+    }
+    let errors = harness.broker().messages("billing_error");
+    assert_eq!(errors.len(), 3);
+    assert!(errors[1].headers.get_str("MT-Fault-Message").unwrap().contains("messageId"));
+    assert!(errors.iter().all(|m| m.headers.get_str("MT-Reason") == Some("fault")));
+    harness.sent::<ReceiveFault>().await.unwrap();
+    assert_eq!(harness.sent_now::<ReceiveFault>().len(), 3);
+    harness.stop().await;
+}
+
+#[tokio::test]
+async fn every_consumer_of_any_advertised_type_runs() {
+    let counts = Arc::new(AtomicU32::new(0));
+    let (c1, c2) = (counts.clone(), counts.clone());
+    let harness = TestHarness::start([EndpointConfig::new("orders")
+        .consumer(consumer_fn("Concrete", move |_ctx: ConsumeContext<OrderPlaced>| {
+            let c = c1.clone();
+            async move {
+                c.fetch_add(1, Ordering::SeqCst);
+                Ok(())
+            }
+        }))
+        .consumer(consumer_fn("Polymorphic", move |ctx: ConsumeContext<IOrderEvent>| {
+            let c = c2.clone();
+            async move {
+                assert!(!ctx.message().order_id.is_nil());
+                c.fetch_add(10, Ordering::SeqCst);
+                Ok(())
+            }
+        }))]);
+    let id = harness.publish(&order()).await.unwrap();
+    harness.consumed(id).await.unwrap();
+    assert_eq!(counts.load(Ordering::SeqCst), 11);
+    harness.stop().await;
+}
+
+#[tokio::test]
+async fn publishing_from_a_consumer_keeps_the_conversation() {
+    let harness = TestHarness::start([EndpointConfig::new("billing").consumer(consumer_fn(
+        "InvoiceConsumer",
+        |ctx: ConsumeContext<OrderPlaced>| async move {
+            ctx.publish(&InvoiceCreated {
+                order_id: ctx.message().order_id,
+            })
+            .await
+        },
+    ))]);
+    let placed = order();
+    let correlation = Uuid::now_v7();
+    let id = harness
+        .publish_with(
+            &placed,
+            SendOptions::new().correlation_id(correlation).header("Tenant", "acme").header("MT-Private", "x"),
+        )
+        .await
+        .unwrap();
+    harness.consumed(id).await.unwrap();
+    let consumed = harness.sent_now::<OrderPlaced>().remove(0);
+    let invoice = harness.sent::<InvoiceCreated>().await.unwrap();
+    assert_eq!(invoice.conversation_id, consumed.conversation_id);
+    assert_eq!(invoice.initiator_id, Some(correlation));
+    assert_eq!(invoice.source_address.as_deref(), Some("loopback://localhost/billing"));
+    assert_eq!(invoice.headers.get_str("Tenant"), Some("acme"));
+    assert!(!invoice.headers.contains("MT-Private"));
+    assert_ne!(invoice.message_id, Some(id));
+    harness.stop().await;
+}
+
+#[tokio::test]
+async fn delayed_redelivery_counts_then_faults() {
+    let (consumer, attempts) = flaky(u32::MAX);
+    let harness = TestHarness::start([EndpointConfig::new("billing")
+        .redelivery(RetryPolicy::intervals([Duration::from_millis(10), Duration::from_millis(10)]))
+        .consumer(consumer)]);
+    let id = harness.publish(&order()).await.unwrap();
+    harness.faulted(id).await.unwrap();
+    assert_eq!(attempts.load(Ordering::SeqCst), 3);
+    let moved = harness.broker().messages("billing_error").remove(0);
+    assert_eq!(moved.headers.get_i64("MT-Redelivery-Count"), Some(2));
+    assert_eq!(moved.headers.get_i64("MT-Fault-RedeliveryCount"), Some(2));
+    let envelope = Envelope::from_slice(&moved.body).unwrap();
+    assert_eq!(envelope.headers.get_i64("MT-Redelivery-Count"), Some(2));
+    harness.stop().await;
+}
+
+#[tokio::test]
+async fn permanent_errors_are_not_retried() {
+    let attempts = Arc::new(AtomicU32::new(0));
+    let count = attempts.clone();
+    let harness = TestHarness::start([EndpointConfig::new("billing")
+        .retry(RetryPolicy::immediate(5))
+        .consumer(consumer_fn("Validator", move |_ctx: ConsumeContext<OrderPlaced>| {
+            let count = count.clone();
+            async move {
+                count.fetch_add(1, Ordering::SeqCst);
+                Err(ConsumeError::permanent("total must be positive"))
+            }
+        }))]);
+    let id = harness.publish(&order()).await.unwrap();
+    harness.faulted(id).await.unwrap();
+    assert_eq!(attempts.load(Ordering::SeqCst), 1);
+    harness.stop().await;
+}
+
+#[tokio::test]
+async fn responses_go_to_the_response_address_with_the_request_id() {
+    let harness = TestHarness::start([
+        EndpointConfig::new("orders").consumer(consumer_fn(
+            "StatusConsumer",
+            |ctx: ConsumeContext<OrderPlaced>| async move {
+                ctx.respond(&InvoiceCreated {
+                    order_id: ctx.message().order_id,
+                })
+                .await
+            },
+        )),
+        EndpointConfig::new("client-replies"),
+    ]);
+    let request_id = Uuid::now_v7();
+    let id = harness
+        .publish_with(
+            &order(),
+            SendOptions::new()
+                .request_id(request_id)
+                .response_address("loopback://localhost/client-replies")
+                .time_to_live(Duration::from_secs(30)),
+        )
+        .await
+        .unwrap();
+    harness.consumed(id).await.unwrap();
+    let response = harness.sent::<InvoiceCreated>().await.unwrap();
+    assert_eq!(response.request_id, Some(request_id));
+    assert_eq!(response.initiator_id, Some(request_id));
+    assert_eq!(response.destination_address.as_deref(), Some("loopback://localhost/client-replies"));
+    assert!(response.expiration_time.is_some());
+    harness.stop().await;
+}
+
+#[tokio::test]
+async fn a_payload_that_does_not_fit_the_type_faults_without_retry() {
+    let (consumer, attempts) = flaky(0);
+    let harness = TestHarness::start([EndpointConfig::new("billing")
+        .retry(RetryPolicy::immediate(3))
+        .consumer(consumer)]);
+    let body = serde_json::json!({
+        "messageId": "181c0000-6393-3630-36a4-08daf4e7c6da",
+        "messageType": ["urn:message:Bookstore.Contracts:OrderPlaced"],
+        "message": {"orderId": "not-a-guid", "total": 5}
+    });
+    harness.publish_raw(
+        "billing",
+        StoredMessage {
+            body: serde_json::to_vec(&body).unwrap().into(),
+            message_id: Some("181c0000-6393-3630-36a4-08daf4e7c6da".into()),
+            ..StoredMessage::default()
+        },
+    );
+    harness.faulted_raw("181c0000-6393-3630-36a4-08daf4e7c6da").await.unwrap();
+    assert_eq!(attempts.load(Ordering::SeqCst), 0);
+    let moved = harness.broker().messages("billing_error").remove(0);
+    assert_eq!(moved.headers.get_str("MT-Fault-ExceptionType"), Some("Error"));
+    assert!(moved.headers.get_i64("MT-Fault-RetryCount").is_none());
+    harness.stop().await;
+}
