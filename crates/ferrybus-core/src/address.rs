@@ -81,7 +81,10 @@ impl HostAddress {
     /// queue), `exchange:name`, or a bare name (the exchange of that name).
     pub fn resolve(&self, address: &str) -> Result<String, AddressError> {
         if let Some(name) = address.strip_prefix("queue:") {
-            return Ok(format!("{}?bind=true", self.entity_address(checked(address, name)?)));
+            return Ok(format!(
+                "{}?bind=true",
+                self.entity_address(checked(address, name)?)
+            ));
         }
         if let Some(name) = address.strip_prefix("exchange:") {
             return Ok(self.entity_address(checked(address, name)?));
@@ -226,7 +229,10 @@ mod tests {
     fn resolves_short_forms() {
         let host = HostAddress::new("rabbitmq", "localhost", Some(5672), "/");
         assert_eq!(host.to_string(), "rabbitmq://localhost/");
-        assert_eq!(host.resolve("orders").unwrap(), "rabbitmq://localhost/orders");
+        assert_eq!(
+            host.resolve("orders").unwrap(),
+            "rabbitmq://localhost/orders"
+        );
         assert!(host.resolve("queue:").is_err());
         assert!(host.resolve("queue:bad name").is_err());
         assert_eq!(
@@ -237,7 +243,10 @@ mod tests {
 
     #[test]
     fn parses_options() {
-        let a = EndpointAddress::parse("rabbitmq://localhost/vh/q?queue=other&type=topic&durable=false").unwrap();
+        let a = EndpointAddress::parse(
+            "rabbitmq://localhost/vh/q?queue=other&type=topic&durable=false",
+        )
+        .unwrap();
         assert_eq!(a.queue.as_deref(), Some("other"));
         assert!(a.bind);
         assert_eq!(a.exchange_type, "topic");

@@ -101,7 +101,11 @@ impl ConsumeError {
 
     /// A consumer failure with a message (MassTransit would show it as the exception message).
     pub fn handler(message: impl Into<String>) -> Self {
-        Self::with_type(ConsumeErrorKind::Handler, message.into(), "ConsumerException")
+        Self::with_type(
+            ConsumeErrorKind::Handler,
+            message.into(),
+            "ConsumerException",
+        )
     }
 
     /// A failure that no retry policy retries (validation errors, poison messages): the message
@@ -115,7 +119,11 @@ impl ConsumeError {
         error
     }
 
-    pub(crate) fn with_type(kind: ConsumeErrorKind, message: String, type_name: &'static str) -> Self {
+    pub(crate) fn with_type(
+        kind: ConsumeErrorKind,
+        message: String,
+        type_name: &'static str,
+    ) -> Self {
         let mut error = Self::new(kind, message);
         error.type_name = Cow::Borrowed(type_name);
         error
@@ -134,7 +142,11 @@ impl ConsumeError {
 
     /// Whether retry policies must not retry this error.
     pub fn is_permanent(&self) -> bool {
-        self.permanent || matches!(self.kind, ConsumeErrorKind::Deserialize | ConsumeErrorKind::Cancelled)
+        self.permanent
+            || matches!(
+                self.kind,
+                ConsumeErrorKind::Deserialize | ConsumeErrorKind::Cancelled
+            )
     }
 
     /// How many retries happened before this error was final (`MT-Fault-RetryCount`).

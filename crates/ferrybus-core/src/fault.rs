@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use crate::envelope::{time, Headers, HostInfo};
+use crate::envelope::{Headers, HostInfo};
 use crate::error::{dyn_error_type, ConsumeError};
 use crate::message::{Message, MessageType, TypeName};
 use crate::pipeline::ConsumerInfo;
@@ -37,7 +37,7 @@ pub struct Fault<T> {
     #[serde(default)]
     pub faulted_message_id: Option<Uuid>,
     /// When it faulted.
-    #[serde(default, with = "time::option")]
+    #[serde(default, with = "crate::dotnet::datetime::option")]
     pub timestamp: Option<DateTime<Utc>>,
     /// What went wrong.
     #[serde(default)]
@@ -124,7 +124,7 @@ pub struct ReceiveFault {
     #[serde(default)]
     pub fault_id: Option<Uuid>,
     /// When it faulted.
-    #[serde(default, with = "time::option")]
+    #[serde(default, with = "crate::dotnet::datetime::option")]
     pub timestamp: Option<DateTime<Utc>>,
     /// The id of the message, when it could be read.
     #[serde(default)]
@@ -192,15 +192,24 @@ pub fn fault_headers(
     headers.insert("MT-Reason", "fault");
     headers.insert("MT-Fault-ExceptionType", innermost.exception_type.clone());
     headers.insert("MT-Fault-InputAddress", input_address);
-    headers.insert("MT-Fault-Message", innermost.message.clone().unwrap_or_default());
+    headers.insert(
+        "MT-Fault-Message",
+        innermost.message.clone().unwrap_or_default(),
+    );
     headers.insert(
         "MT-Fault-Timestamp",
         Utc::now().to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true),
     );
-    headers.insert("MT-Fault-StackTrace", info.stack_trace.clone().unwrap_or_default());
+    headers.insert(
+        "MT-Fault-StackTrace",
+        info.stack_trace.clone().unwrap_or_default(),
+    );
     if let Some(consumer) = consumer {
         headers.insert("MT-Fault-ConsumerType", consumer.name());
-        headers.insert("MT-Fault-MessageType", consumer.message_type().dotnet_name());
+        headers.insert(
+            "MT-Fault-MessageType",
+            consumer.message_type().dotnet_name(),
+        );
     }
     if error.retry_count() > 0 {
         headers.insert("MT-Fault-RetryCount", i64::from(error.retry_count()));
@@ -247,7 +256,10 @@ mod tests {
         let inner = info.inner_exception.as_ref().unwrap();
         assert_eq!(inner.message.as_deref(), Some("connection reset"));
         let headers = fault_headers(&error, "loopback://localhost/q", None);
-        assert_eq!(headers.get_str("MT-Fault-Message"), Some("connection reset"));
+        assert_eq!(
+            headers.get_str("MT-Fault-Message"),
+            Some("connection reset")
+        );
         assert!(!headers.contains("MT-Fault-RetryCount"));
     }
 
@@ -264,12 +276,32 @@ mod tests {
         let keys: Vec<_> = payload.as_object().unwrap().keys().cloned().collect();
         assert_eq!(
             keys,
-            ["faultId", "faultedMessageId", "timestamp", "exceptions", "host", "faultMessageTypes", "message"]
+            [
+                "faultId",
+                "faultedMessageId",
+                "timestamp",
+                "exceptions",
+                "host",
+                "faultMessageTypes",
+                "message"
+            ]
         );
-        let exception_keys: Vec<_> = payload["exceptions"][0].as_object().unwrap().keys().cloned().collect();
+        let exception_keys: Vec<_> = payload["exceptions"][0]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
         assert_eq!(
             exception_keys,
-            ["exceptionType", "innerException", "stackTrace", "message", "source", "data"]
+            [
+                "exceptionType",
+                "innerException",
+                "stackTrace",
+                "message",
+                "source",
+                "data"
+            ]
         );
         assert_eq!(payload["message"]["a"], 1);
     }

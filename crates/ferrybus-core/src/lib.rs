@@ -23,11 +23,14 @@ pub mod pipeline;
 
 pub use address::{AddressError, EndpointAddress, HostAddress};
 pub use consumer::{consumer_fn, ConsumeContext, Consumer, ConsumerFn};
+pub use dotnet::DotNetValueError;
 pub use envelope::{Envelope, EnvelopeError, Headers, HostInfo};
 pub use error::{BoxError, ConsumeError, ConsumeErrorKind};
 pub use fault::{fault_headers, skipped_headers, ExceptionInfo, Fault, ReceiveFault};
 pub use message::{consumer_id, kebab_case, short_type_name, Message, MessageType, TypeName};
-pub use outgoing::{MessageFactory, MessageOrigin, MessageSink, OutgoingMessage, SendOptions, SharedSink};
+pub use outgoing::{
+    MessageFactory, MessageOrigin, MessageSink, OutgoingMessage, SendOptions, SharedSink,
+};
 pub use pipeline::{
     BoxConsumeService, ConsumeRequest, ConsumerInfo, Disposition, EndpointConfig, InboundDelivery,
     ReceivePipeline, ReceivedMessage, RetryLayer, RetryPolicy,

@@ -82,7 +82,9 @@ impl OutgoingMessage {
     /// The base-type exchanges to bind for this message when it was published to its type's
     /// exchange, derived from the URN list (used for messages read back from an outbox table).
     pub fn derive_publish_bindings(&mut self) {
-        let Ok(destination) = self.destination() else { return };
+        let Ok(destination) = self.destination() else {
+            return;
+        };
         let names: Vec<String> = self
             .message_type
             .iter()
@@ -257,7 +259,14 @@ impl MessageFactory {
     ) -> Result<OutgoingMessage, BoxError> {
         let destination = self.host.resolve(address)?;
         let payload = serde_json::to_value(message)?;
-        self.build(&M::message_type(), payload, destination, origin, options, false)
+        self.build(
+            &M::message_type(),
+            payload,
+            destination,
+            origin,
+            options,
+            false,
+        )
     }
 
     /// A message of an explicit type with a JSON payload (faults, forwarded messages).
@@ -302,7 +311,10 @@ impl MessageFactory {
             host: Some(HostInfo::current().clone()),
         };
         let publish_bindings = if publish {
-            all_types[1..].iter().map(|t| t.entity_name().to_owned()).collect()
+            all_types[1..]
+                .iter()
+                .map(|t| t.entity_name().to_owned())
+                .collect()
         } else {
             Vec::new()
         };
@@ -364,9 +376,18 @@ mod tests {
         consumed.headers.insert("MT-Activity-Id", "x");
         let origin = MessageOrigin::consumed(&consumed, "rabbitmq://localhost/billing");
         let out = factory
-            .publish(&OrderPlaced { order_id: Uuid::nil() }, &origin, SendOptions::new())
+            .publish(
+                &OrderPlaced {
+                    order_id: Uuid::nil(),
+                },
+                &origin,
+                SendOptions::new(),
+            )
             .unwrap();
-        assert_eq!(out.destination_address, "rabbitmq://localhost/Bookstore.Contracts:OrderPlaced");
+        assert_eq!(
+            out.destination_address,
+            "rabbitmq://localhost/Bookstore.Contracts:OrderPlaced"
+        );
         assert_eq!(out.conversation_id, Some(Uuid::from_u128(7)));
         assert_eq!(out.initiator_id, Some(Uuid::from_u128(9)));
         assert_eq!(out.headers.get_str("tenant"), Some("acme"));
@@ -378,14 +399,23 @@ mod tests {
         );
         let envelope = Envelope::from_slice(&out.body).unwrap();
         assert_eq!(envelope.message["orderId"], Uuid::nil().to_string());
-        assert_eq!(envelope.source_address.as_deref(), Some("rabbitmq://localhost/billing"));
+        assert_eq!(
+            envelope.source_address.as_deref(),
+            Some("rabbitmq://localhost/billing")
+        );
     }
 
     #[test]
     fn derives_bindings_from_urns() {
         let factory = MessageFactory::new(HostAddress::new("rabbitmq", "localhost", None, "/"));
         let mut out = factory
-            .publish(&OrderPlaced { order_id: Uuid::nil() }, &MessageOrigin::default(), SendOptions::new())
+            .publish(
+                &OrderPlaced {
+                    order_id: Uuid::nil(),
+                },
+                &MessageOrigin::default(),
+                SendOptions::new(),
+            )
             .unwrap();
         out.publish_bindings.clear();
         out.derive_publish_bindings();

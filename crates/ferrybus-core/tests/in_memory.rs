@@ -56,7 +56,9 @@ impl Consumer<OrderPlaced> for Flaky {
     async fn consume(&self, _ctx: ConsumeContext<OrderPlaced>) -> Result<(), ConsumeError> {
         let attempt = self.attempts.fetch_add(1, Ordering::SeqCst);
         if attempt < self.failures {
-            return Err(ConsumeError::handler(format!("payment gateway down (attempt {attempt})")));
+            return Err(ConsumeError::handler(format!(
+                "payment gateway down (attempt {attempt})"
+            )));
         }
         Ok(())
     }
@@ -82,7 +84,11 @@ async fn a_consumer_runs_and_sees_the_envelope() {
         move |ctx: ConsumeContext<OrderPlaced>| {
             let record = record.clone();
             async move {
-                record.lock().unwrap().push((ctx.message_id(), ctx.message().total.clone(), ctx.headers().get_str("Tenant").map(str::to_owned)));
+                record.lock().unwrap().push((
+                    ctx.message_id(),
+                    ctx.message().total.clone(),
+                    ctx.headers().get_str("Tenant").map(str::to_owned),
+                ));
                 Ok(())
             }
         },
@@ -128,14 +134,26 @@ async fn a_final_failure_moves_to_the_error_queue_and_publishes_a_fault() {
     assert_eq!(moved.message_id.as_deref(), Some(id.to_string().as_str()));
     let h = &moved.headers;
     assert_eq!(h.get_str("MT-Reason"), Some("fault"));
-    assert_eq!(h.get_str("MT-Fault-Message"), Some("payment gateway down (attempt 1)"));
+    assert_eq!(
+        h.get_str("MT-Fault-Message"),
+        Some("payment gateway down (attempt 1)")
+    );
     assert_eq!(h.get_str("MT-Fault-ConsumerType"), Some("Flaky"));
-    assert_eq!(h.get_str("MT-Fault-MessageType"), Some("Bookstore.Contracts.OrderPlaced"));
-    assert_eq!(h.get_str("MT-Fault-InputAddress"), Some("loopback://localhost/billing"));
+    assert_eq!(
+        h.get_str("MT-Fault-MessageType"),
+        Some("Bookstore.Contracts.OrderPlaced")
+    );
+    assert_eq!(
+        h.get_str("MT-Fault-InputAddress"),
+        Some("loopback://localhost/billing")
+    );
     assert_eq!(h.get_i64("MT-Fault-RetryCount"), Some(1));
     assert!(h.get_str("MT-Host-ProcessId").is_some());
     // The original body is moved unchanged.
-    assert_eq!(Envelope::from_slice(&moved.body).unwrap().message_id, Some(id));
+    assert_eq!(
+        Envelope::from_slice(&moved.body).unwrap().message_id,
+        Some(id)
+    );
 
     let fault = harness.sent::<Fault<OrderPlaced>>().await.unwrap();
     assert_eq!(
@@ -152,8 +170,14 @@ async fn a_final_failure_moves_to_the_error_queue_and_publishes_a_fault() {
     );
     let payload: Fault<OrderPlaced> = serde_json::from_value(fault.message).unwrap();
     assert_eq!(payload.faulted_message_id, Some(id));
-    assert_eq!(payload.exceptions[0].message.as_deref(), Some("payment gateway down (attempt 1)"));
-    assert_eq!(payload.fault_message_types[0], "urn:message:Bookstore.Contracts:OrderPlaced");
+    assert_eq!(
+        payload.exceptions[0].message.as_deref(),
+        Some("payment gateway down (attempt 1)")
+    );
+    assert_eq!(
+        payload.fault_message_types[0],
+        "urn:message:Bookstore.Contracts:OrderPlaced"
+    );
     harness.stop().await;
 }
 
@@ -170,7 +194,10 @@ async fn faults_go_to_the_fault_address_when_there_is_one() {
         .unwrap();
     harness.faulted(id).await.unwrap();
     let fault = harness.sent::<Fault<OrderPlaced>>().await.unwrap();
-    assert_eq!(fault.destination_address.as_deref(), Some("loopback://localhost/faults?bind=true"));
+    assert_eq!(
+        fault.destination_address.as_deref(),
+        Some("loopback://localhost/faults?bind=true")
+    );
     assert_eq!(harness.broker().messages("faults").len(), 1);
     harness.stop().await;
 }
@@ -195,8 +222,14 @@ async fn a_body_that_is_not_an_envelope_goes_to_the_error_queue_with_a_receive_f
     let harness = TestHarness::start([EndpointConfig::new("billing").consumer(consumer)]);
     for (id, body) in [
         ("bad-json", &b"{not json"[..]),
-        ("bad-id", &br#"{"messageId": "nope", "messageType": [], "message": {}}"#[..]),
-        ("no-message", &br#"{"messageId": "181c0000-6393-3630-36a4-08daf4e7c6da"}"#[..]),
+        (
+            "bad-id",
+            &br#"{"messageId": "nope", "messageType": [], "message": {}}"#[..],
+        ),
+        (
+            "no-message",
+            &br#"{"messageId": "181c0000-6393-3630-36a4-08daf4e7c6da"}"#[..],
+        ),
     ] {
         harness.publish_raw(
             "billing",
@@ -210,8 +243,14 @@ async fn a_body_that_is_not_an_envelope_goes_to_the_error_queue_with_a_receive_f
     }
     let errors = harness.broker().messages("billing_error");
     assert_eq!(errors.len(), 3);
-    assert!(errors[1].headers.get_str("MT-Fault-Message").unwrap().contains("messageId"));
-    assert!(errors.iter().all(|m| m.headers.get_str("MT-Reason") == Some("fault")));
+    assert!(errors[1]
+        .headers
+        .get_str("MT-Fault-Message")
+        .unwrap()
+        .contains("messageId"));
+    assert!(errors
+        .iter()
+        .all(|m| m.headers.get_str("MT-Reason") == Some("fault")));
     harness.sent::<ReceiveFault>().await.unwrap();
     assert_eq!(harness.sent_now::<ReceiveFault>().len(), 3);
     harness.stop().await;
@@ -222,21 +261,27 @@ async fn every_consumer_of_any_advertised_type_runs() {
     let counts = Arc::new(AtomicU32::new(0));
     let (c1, c2) = (counts.clone(), counts.clone());
     let harness = TestHarness::start([EndpointConfig::new("orders")
-        .consumer(consumer_fn("Concrete", move |_ctx: ConsumeContext<OrderPlaced>| {
-            let c = c1.clone();
-            async move {
-                c.fetch_add(1, Ordering::SeqCst);
-                Ok(())
-            }
-        }))
-        .consumer(consumer_fn("Polymorphic", move |ctx: ConsumeContext<IOrderEvent>| {
-            let c = c2.clone();
-            async move {
-                assert!(!ctx.message().order_id.is_nil());
-                c.fetch_add(10, Ordering::SeqCst);
-                Ok(())
-            }
-        }))]);
+        .consumer(consumer_fn(
+            "Concrete",
+            move |_ctx: ConsumeContext<OrderPlaced>| {
+                let c = c1.clone();
+                async move {
+                    c.fetch_add(1, Ordering::SeqCst);
+                    Ok(())
+                }
+            },
+        ))
+        .consumer(consumer_fn(
+            "Polymorphic",
+            move |ctx: ConsumeContext<IOrderEvent>| {
+                let c = c2.clone();
+                async move {
+                    assert!(!ctx.message().order_id.is_nil());
+                    c.fetch_add(10, Ordering::SeqCst);
+                    Ok(())
+                }
+            },
+        ))]);
     let id = harness.publish(&order()).await.unwrap();
     harness.consumed(id).await.unwrap();
     assert_eq!(counts.load(Ordering::SeqCst), 11);
@@ -259,7 +304,10 @@ async fn publishing_from_a_consumer_keeps_the_conversation() {
     let id = harness
         .publish_with(
             &placed,
-            SendOptions::new().correlation_id(correlation).header("Tenant", "acme").header("MT-Private", "x"),
+            SendOptions::new()
+                .correlation_id(correlation)
+                .header("Tenant", "acme")
+                .header("MT-Private", "x"),
         )
         .await
         .unwrap();
@@ -268,7 +316,10 @@ async fn publishing_from_a_consumer_keeps_the_conversation() {
     let invoice = harness.sent::<InvoiceCreated>().await.unwrap();
     assert_eq!(invoice.conversation_id, consumed.conversation_id);
     assert_eq!(invoice.initiator_id, Some(correlation));
-    assert_eq!(invoice.source_address.as_deref(), Some("loopback://localhost/billing"));
+    assert_eq!(
+        invoice.source_address.as_deref(),
+        Some("loopback://localhost/billing")
+    );
     assert_eq!(invoice.headers.get_str("Tenant"), Some("acme"));
     assert!(!invoice.headers.contains("MT-Private"));
     assert_ne!(invoice.message_id, Some(id));
@@ -279,7 +330,10 @@ async fn publishing_from_a_consumer_keeps_the_conversation() {
 async fn delayed_redelivery_counts_then_faults() {
     let (consumer, attempts) = flaky(u32::MAX);
     let harness = TestHarness::start([EndpointConfig::new("billing")
-        .redelivery(RetryPolicy::intervals([Duration::from_millis(10), Duration::from_millis(10)]))
+        .redelivery(RetryPolicy::intervals([
+            Duration::from_millis(10),
+            Duration::from_millis(10),
+        ]))
         .consumer(consumer)]);
     let id = harness.publish(&order()).await.unwrap();
     harness.faulted(id).await.unwrap();
@@ -298,13 +352,16 @@ async fn permanent_errors_are_not_retried() {
     let count = attempts.clone();
     let harness = TestHarness::start([EndpointConfig::new("billing")
         .retry(RetryPolicy::immediate(5))
-        .consumer(consumer_fn("Validator", move |_ctx: ConsumeContext<OrderPlaced>| {
-            let count = count.clone();
-            async move {
-                count.fetch_add(1, Ordering::SeqCst);
-                Err(ConsumeError::permanent("total must be positive"))
-            }
-        }))]);
+        .consumer(consumer_fn(
+            "Validator",
+            move |_ctx: ConsumeContext<OrderPlaced>| {
+                let count = count.clone();
+                async move {
+                    count.fetch_add(1, Ordering::SeqCst);
+                    Err(ConsumeError::permanent("total must be positive"))
+                }
+            },
+        ))]);
     let id = harness.publish(&order()).await.unwrap();
     harness.faulted(id).await.unwrap();
     assert_eq!(attempts.load(Ordering::SeqCst), 1);
@@ -340,7 +397,10 @@ async fn responses_go_to_the_response_address_with_the_request_id() {
     let response = harness.sent::<InvoiceCreated>().await.unwrap();
     assert_eq!(response.request_id, Some(request_id));
     assert_eq!(response.initiator_id, Some(request_id));
-    assert_eq!(response.destination_address.as_deref(), Some("loopback://localhost/client-replies"));
+    assert_eq!(
+        response.destination_address.as_deref(),
+        Some("loopback://localhost/client-replies")
+    );
     assert!(response.expiration_time.is_some());
     harness.stop().await;
 }
@@ -364,10 +424,16 @@ async fn a_payload_that_does_not_fit_the_type_faults_without_retry() {
             ..StoredMessage::default()
         },
     );
-    harness.faulted_raw("181c0000-6393-3630-36a4-08daf4e7c6da").await.unwrap();
+    harness
+        .faulted_raw("181c0000-6393-3630-36a4-08daf4e7c6da")
+        .await
+        .unwrap();
     assert_eq!(attempts.load(Ordering::SeqCst), 0);
     let moved = harness.broker().messages("billing_error").remove(0);
-    assert_eq!(moved.headers.get_str("MT-Fault-ExceptionType"), Some("Error"));
+    assert_eq!(
+        moved.headers.get_str("MT-Fault-ExceptionType"),
+        Some("Error")
+    );
     assert!(moved.headers.get_i64("MT-Fault-RetryCount").is_none());
     harness.stop().await;
 }

@@ -1,1 +1,51 @@
-//! Placeholder.
+//! ferrybus: MassTransit-compatible message consumers for Rust.
+//!
+//! A Rust service built with ferrybus reads and writes MassTransit's envelopes, uses its RabbitMQ
+//! topology, error and skipped queues and `Fault<T>` messages, and shares its EF Core inbox and
+//! outbox tables on PostgreSQL, so the .NET services around it cannot tell it from one of their own.
+//!
+//! This crate is the facade: it re-exports [`ferrybus_core`] at its root, and the transport and
+//! storage crates as modules behind features:
+//!
+//! | feature | module | crate |
+//! |---|---|---|
+//! | `rabbitmq` (default) | [`rabbitmq`] | `ferrybus-rabbitmq`: the lapin transport |
+//! | `sea-orm` (default) | [`sea_orm`] | `ferrybus-sea-orm`: inbox, consumer outbox, bus outbox on PostgreSQL |
+//! | `derive` (default) | `#[derive(Message)]` | `ferrybus-derive` |
+//!
+//! ```
+//! use ferrybus::memory::TestHarness;
+//! use ferrybus::{ConsumeContext, ConsumeError, Consumer, EndpointConfig, Message};
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Debug, Serialize, Deserialize, Message)]
+//! #[serde(rename_all = "camelCase")]
+//! #[message(namespace = "Bookstore.Contracts")]
+//! struct OrderPlaced {
+//!     order_id: uuid::Uuid,
+//! }
+//!
+//! struct InvoiceConsumer;
+//!
+//! impl Consumer<OrderPlaced> for InvoiceConsumer {
+//!     async fn consume(&self, ctx: ConsumeContext<OrderPlaced>) -> Result<(), ConsumeError> {
+//!         println!("invoicing order {}", ctx.message().order_id);
+//!         Ok(())
+//!     }
+//! }
+//!
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let harness = TestHarness::start([EndpointConfig::new("billing-invoice").consumer(InvoiceConsumer)]);
+//! let id = harness.publish(&OrderPlaced { order_id: uuid::Uuid::now_v7() }).await.unwrap();
+//! harness.consumed(id).await.unwrap();
+//! # harness.stop().await;
+//! # });
+//! ```
+
+pub use ferrybus_core::*;
+
+#[cfg(feature = "rabbitmq")]
+pub use ferrybus_rabbitmq as rabbitmq;
+
+#[cfg(feature = "sea-orm")]
+pub use ferrybus_sea_orm as sea_orm;

@@ -170,7 +170,8 @@ mod tests {
     fn reads_every_shape() {
         assert!(Headers::from_json(json!([])).unwrap().is_empty());
         assert!(Headers::from_json(Value::Null).unwrap().is_empty());
-        let h = Headers::from_json(json!([{"Key": "a", "Value": 1}, {"key": "B", "value": "x"}])).unwrap();
+        let h = Headers::from_json(json!([{"Key": "a", "Value": 1}, {"key": "B", "value": "x"}]))
+            .unwrap();
         assert_eq!(h.get_i64("A"), Some(1));
         assert_eq!(h.get_str("b"), Some("x"));
         assert!(Headers::from_json(json!(5)).is_err());
@@ -178,7 +179,10 @@ mod tests {
 
     #[test]
     fn transferable_drops_mt_headers() {
-        let h = Headers::from_json(json!({"MT-Activity-Id": "x", "mt-redelivery-count": 1, "Tenant": "a"})).unwrap();
+        let h = Headers::from_json(
+            json!({"MT-Activity-Id": "x", "mt-redelivery-count": 1, "Tenant": "a"}),
+        )
+        .unwrap();
         let t = h.transferable();
         assert_eq!(t.len(), 1);
         assert_eq!(t.get_str("tenant"), Some("a"));

@@ -24,7 +24,6 @@
 
 mod headers;
 mod host;
-pub(crate) mod time;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -68,10 +67,10 @@ pub struct Envelope {
     /// The payload.
     pub message: Value,
     /// When the message expires.
-    #[serde(with = "time::option")]
+    #[serde(with = "crate::dotnet::datetime::option")]
     pub expiration_time: Option<DateTime<Utc>>,
     /// When the message was sent.
-    #[serde(with = "time::option")]
+    #[serde(with = "crate::dotnet::datetime::option")]
     pub sent_time: Option<DateTime<Utc>>,
     /// Application and MassTransit headers.
     pub headers: Headers,
@@ -173,17 +172,21 @@ impl Envelope {
 
     /// Whether any of this envelope's message types is `urn` (case-insensitive).
     pub fn has_message_type(&self, urn: &str) -> bool {
-        self.message_type.iter().any(|t| t.eq_ignore_ascii_case(urn))
+        self.message_type
+            .iter()
+            .any(|t| t.eq_ignore_ascii_case(urn))
     }
 }
 
 /// Parses JSON strictly, and falls back to a lenient parser that skips `//` and `/* */` comments
 /// and trailing commas, as System.Text.Json does with MassTransit's options.
 pub fn parse_json(body: &[u8]) -> Result<Value, EnvelopeError> {
+    let body = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body);
     match serde_json::from_slice(body) {
         Ok(value) => Ok(value),
-        Err(strict) if strict.is_syntax() || strict.is_eof() => parse_lenient(body)
-            .ok_or_else(|| EnvelopeError::Json(strict.to_string())),
+        Err(strict) if strict.is_syntax() || strict.is_eof() => {
+            parse_lenient(body).ok_or_else(|| EnvelopeError::Json(strict.to_string()))
+        }
         Err(other) => Err(EnvelopeError::Json(other.to_string())),
     }
 }
@@ -254,9 +257,9 @@ fn read_time(field: &'static str, value: Value) -> Result<Option<DateTime<Utc>>,
     match value {
         Value::Null => Ok(None),
         Value::String(s) if s.is_empty() => Ok(None),
-        Value::String(s) => time::parse_dotnet_time(&s)
+        Value::String(s) => crate::dotnet::datetime::parse_datetime(s.trim())
             .map(Some)
-            .ok_or_else(|| EnvelopeError::field(field, format!("{s:?} is not a date-time"))),
+            .map_err(|_| EnvelopeError::field(field, format!("{s:?} is not a date-time"))),
         other => Err(EnvelopeError::field(
             field,
             format!("expected a date-time string, found {}", json_kind(&other)),

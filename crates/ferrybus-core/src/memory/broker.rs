@@ -141,7 +141,12 @@ impl InMemoryBroker {
             let notified = self.arrived.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if let Some(message) = self.state().queues.get_mut(queue).and_then(VecDeque::pop_front) {
+            if let Some(message) = self
+                .state()
+                .queues
+                .get_mut(queue)
+                .and_then(VecDeque::pop_front)
+            {
                 return Some(message);
             }
             tokio::select! {

@@ -69,12 +69,18 @@ impl EventLog {
     }
 
     pub(crate) fn push(&self, event: BusEvent) {
-        self.events.lock().unwrap_or_else(|e| e.into_inner()).push(event);
+        self.events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(event);
         self.version.send_modify(|v| *v += 1);
     }
 
     pub(crate) fn snapshot(&self) -> Vec<BusEvent> {
-        self.events.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.events
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
@@ -205,7 +211,11 @@ impl InMemoryBus {
     }
 
     /// Publishes with options.
-    pub async fn publish_with<M: Message>(&self, message: &M, options: SendOptions) -> Result<Uuid, BoxError> {
+    pub async fn publish_with<M: Message>(
+        &self,
+        message: &M,
+        options: SendOptions,
+    ) -> Result<Uuid, BoxError> {
         let out = self.factory.publish(message, &self.bus_origin(), options)?;
         let id = out.message_id;
         self.sink.deliver(out).await?;
@@ -259,8 +269,12 @@ impl EndpointRunner {
         let limit = Arc::new(Semaphore::new(concurrency));
         let mut in_flight = JoinSet::new();
         loop {
-            let Ok(permit) = limit.clone().acquire_owned().await else { break };
-            let Some(message) = this.broker.receive(&this.queue, &cancel).await else { break };
+            let Ok(permit) = limit.clone().acquire_owned().await else {
+                break;
+            };
+            let Some(message) = this.broker.receive(&this.queue, &cancel).await else {
+                break;
+            };
             let runner = this.clone();
             in_flight.spawn(async move {
                 runner.handle(message).await;
@@ -298,7 +312,11 @@ impl EndpointRunner {
                 self.move_to(&format!("{queue}_skipped"), message, headers);
                 self.events.push(BusEvent::Skipped { queue, message_id });
             }
-            Disposition::Redeliver { delay, body, headers } => {
+            Disposition::Redeliver {
+                delay,
+                body,
+                headers,
+            } => {
                 let mut again = message;
                 again.body = body.into();
                 merge(&mut again.headers, headers);
@@ -308,7 +326,8 @@ impl EndpointRunner {
                     tokio::time::sleep(delay).await;
                     broker.publish(&target, again);
                 });
-                self.events.push(BusEvent::Redelivered { queue, message_id });
+                self.events
+                    .push(BusEvent::Redelivered { queue, message_id });
             }
             Disposition::Abandoned => self.broker.requeue(&queue, message),
         }

@@ -81,7 +81,11 @@ impl TestHarness {
     }
 
     /// Publishes with options; returns its id.
-    pub async fn publish_with<M: Message>(&self, message: &M, options: SendOptions) -> Result<Uuid, BoxError> {
+    pub async fn publish_with<M: Message>(
+        &self,
+        message: &M,
+        options: SendOptions,
+    ) -> Result<Uuid, BoxError> {
         self.bus.publish_with(message, options).await
     }
 
@@ -98,9 +102,10 @@ impl TestHarness {
     /// Waits until message `id` was consumed by every consumer on its endpoint.
     pub async fn consumed(&self, id: Uuid) -> Result<(), HarnessTimeout> {
         let id = Some(id.to_string());
-        self.wait_for("the message to be consumed", |e| {
-            matches!(e, BusEvent::Consumed { message_id, .. } if *message_id == id)
-        })
+        self.wait_for(
+            "the message to be consumed",
+            |e| matches!(e, BusEvent::Consumed { message_id, .. } if *message_id == id),
+        )
         .await
         .map(drop)
     }
@@ -109,9 +114,10 @@ impl TestHarness {
     pub async fn faulted(&self, id: Uuid) -> Result<String, HarnessTimeout> {
         let id = Some(id.to_string());
         let event = self
-            .wait_for("the message to fault", |e| {
-                matches!(e, BusEvent::Faulted { message_id, .. } if *message_id == id)
-            })
+            .wait_for(
+                "the message to fault",
+                |e| matches!(e, BusEvent::Faulted { message_id, .. } if *message_id == id),
+            )
             .await?;
         Ok(match event {
             BusEvent::Faulted { queue, .. } => queue,
@@ -146,7 +152,9 @@ impl TestHarness {
             })
             .await?;
         match event {
-            BusEvent::Sent(m) => Ok(Envelope::from_slice(&m.body).expect("ferrybus wrote a valid envelope")),
+            BusEvent::Sent(m) => {
+                Ok(Envelope::from_slice(&m.body).expect("ferrybus wrote a valid envelope"))
+            }
             _ => unreachable!("the predicate matched a sent message"),
         }
     }
@@ -157,7 +165,11 @@ impl TestHarness {
         self.events()
             .into_iter()
             .filter_map(|e| match e {
-                BusEvent::Sent(m) if m.message_type.first().is_some_and(|t| t.eq_ignore_ascii_case(&urn)) => {
+                BusEvent::Sent(m)
+                    if m.message_type
+                        .first()
+                        .is_some_and(|t| t.eq_ignore_ascii_case(&urn)) =>
+                {
                     Envelope::from_slice(&m.body).ok()
                 }
                 _ => None,

@@ -175,7 +175,10 @@ impl MessageType {
 
     /// The `messageType` array written into envelopes: this URN, then every base type's URN.
     pub fn urns(&self) -> Vec<String> {
-        self.all_types().iter().map(|t| t.urn().to_owned()).collect()
+        self.all_types()
+            .iter()
+            .map(|t| t.urn().to_owned())
+            .collect()
     }
 
     /// Whether `urn` names this type or one it implements (case-insensitive, as MassTransit matches).
@@ -248,7 +251,11 @@ mod tests {
             fault.entity_name(),
             "MassTransit:Fault--Play.Items.Contracts.Events:ItemCreated--"
         );
-        let bases: Vec<_> = fault.all_types().iter().map(|t| t.entity_name().to_owned()).collect();
+        let bases: Vec<_> = fault
+            .all_types()
+            .iter()
+            .map(|t| t.entity_name().to_owned())
+            .collect();
         assert_eq!(
             bases,
             [
@@ -261,7 +268,9 @@ mod tests {
 
     #[test]
     fn custom_urn_and_entity_names() {
-        let m = t("Ns:T").with_urn("custom-contract").with_entity_name("custom-exchange");
+        let m = t("Ns:T")
+            .with_urn("custom-contract")
+            .with_entity_name("custom-exchange");
         assert_eq!(m.urn(), "urn:message:custom-contract");
         assert_eq!(m.entity_name(), "custom-exchange");
         // The generic argument's [MessageUrn] is ignored by the fault URN.

@@ -21,9 +21,7 @@ pub fn kebab_case(type_name: &str) -> String {
     let mut out = String::with_capacity(name.len() + 4);
     let mut previous: Option<char> = None;
     for c in name.chars() {
-        if c.is_uppercase()
-            && previous.is_some_and(|p| p.is_lowercase() || p.is_ascii_digit())
-        {
+        if c.is_uppercase() && previous.is_some_and(|p| p.is_lowercase() || p.is_ascii_digit()) {
             out.push('-');
         }
         if c == '_' {

@@ -175,9 +175,7 @@ fn strip_prefix_ignore_case<'a>(input: &'a str, prefix: &str) -> Option<&'a str>
 fn parse_type(input: &str) -> Result<(TypeName, &str), &'static str> {
     let end = input.find(['[', ']', ',']).unwrap_or(input.len());
     let head = &input[..end];
-    let (namespace, name) = head
-        .rsplit_once(':')
-        .ok_or("expected `Namespace:Type`")?;
+    let (namespace, name) = head.rsplit_once(':').ok_or("expected `Namespace:Type`")?;
     if namespace.is_empty() || name.is_empty() {
         return Err("namespace and type name must not be empty");
     }
@@ -188,11 +186,15 @@ fn parse_type(input: &str) -> Result<(TypeName, &str), &'static str> {
         loop {
             let (arg, after) = parse_type(rest)?;
             arguments.push(arg);
-            rest = after.strip_prefix(']').ok_or("expected `]` after a generic argument")?;
+            rest = after
+                .strip_prefix(']')
+                .ok_or("expected `]` after a generic argument")?;
             if let Some(after) = rest.strip_prefix(",[") {
                 rest = after;
             } else {
-                rest = rest.strip_prefix(']').ok_or("expected `]]` closing the arguments")?;
+                rest = rest
+                    .strip_prefix(']')
+                    .ok_or("expected `]]` closing the arguments")?;
                 break;
             }
         }

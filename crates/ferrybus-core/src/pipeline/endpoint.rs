@@ -124,8 +124,9 @@ impl EndpointConfig {
             + 'static,
         <L::Service as Service<ConsumeRequest>>::Future: Send + 'static,
     {
-        self.layers
-            .push(Arc::new(move |inner| BoxCloneSyncService::new(layer.layer(inner))));
+        self.layers.push(Arc::new(move |inner| {
+            BoxCloneSyncService::new(layer.layer(inner))
+        }));
         self
     }
 
@@ -216,7 +217,9 @@ impl EndpointConfig {
             .rev()
             .fold(consumer, |inner, layer| layer(inner));
         match &self.retry {
-            Some(policy) => BoxCloneSyncService::new(RetryLayer::new(policy.clone()).layer(layered)),
+            Some(policy) => {
+                BoxCloneSyncService::new(RetryLayer::new(policy.clone()).layer(layered))
+            }
             None => layered,
         }
     }

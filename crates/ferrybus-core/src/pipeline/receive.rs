@@ -28,7 +28,9 @@ use crate::envelope::{
 use crate::error::{ConsumeError, ConsumeErrorKind};
 use crate::fault::{fault_headers, fault_payload, skipped_headers, ExceptionInfo, ReceiveFault};
 use crate::outgoing::{MessageFactory, MessageOrigin, SendOptions, SharedSink};
-use crate::pipeline::{BoxConsumeService, ConsumeRequest, ConsumerInfo, ReceivedMessage, RetryPolicy};
+use crate::pipeline::{
+    BoxConsumeService, ConsumeRequest, ConsumerInfo, ReceivedMessage, RetryPolicy,
+};
 
 /// One message as a transport received it.
 #[derive(Clone, Debug, Default)]
@@ -221,7 +223,12 @@ impl ReceivePipeline {
             input_address: self.input_address.clone(),
             redelivered: delivery.redelivered,
             transport_headers: delivery.headers.clone(),
-            content_type: if raw { RAW_JSON_CONTENT_TYPE } else { ENVELOPE_CONTENT_TYPE }.to_owned(),
+            content_type: if raw {
+                RAW_JSON_CONTENT_TYPE
+            } else {
+                ENVELOPE_CONTENT_TYPE
+            }
+            .to_owned(),
         })
     }
 
@@ -261,7 +268,9 @@ impl ReceivePipeline {
         let count = received.redelivery_count();
         let delay = policy.delay(count)?;
         let mut envelope = received.envelope.clone();
-        envelope.headers.insert("MT-Redelivery-Count", i64::from(count + 1));
+        envelope
+            .headers
+            .insert("MT-Redelivery-Count", i64::from(count + 1));
         let mut headers = Headers::new();
         headers.insert("MT-Redelivery-Count", i64::from(count + 1));
         tracing::info!(
@@ -278,7 +287,12 @@ impl ReceivePipeline {
         })
     }
 
-    async fn send_fault(&self, received: &ReceivedMessage, consumer: &ConsumerInfo, error: &ConsumeError) {
+    async fn send_fault(
+        &self,
+        received: &ReceivedMessage,
+        consumer: &ConsumerInfo,
+        error: &ConsumeError,
+    ) {
         let envelope = &received.envelope;
         let payload = fault_payload(
             error,
@@ -299,14 +313,21 @@ impl ReceivePipeline {
             options = options.header("MT-Fault-RetryCount", i64::from(error.retry_count()));
         }
         let origin = MessageOrigin::consumed(envelope, &self.input_address);
-        let target = envelope.fault_address.as_ref().or(envelope.response_address.as_ref());
+        let target = envelope
+            .fault_address
+            .as_ref()
+            .or(envelope.response_address.as_ref());
         let (destination, publish) = match target {
             Some(address) => (self.factory.host().resolve(address), false),
-            None => (Ok(self.factory.host().entity_address(fault_type.entity_name())), true),
+            None => (
+                Ok(self.factory.host().entity_address(fault_type.entity_name())),
+                true,
+            ),
         };
-        let message = destination
-            .map_err(Into::into)
-            .and_then(|d| self.factory.build(&fault_type, payload, d, &origin, options, publish));
+        let message = destination.map_err(Into::into).and_then(|d| {
+            self.factory
+                .build(&fault_type, payload, d, &origin, options, publish)
+        });
         self.deliver_fault(message).await;
     }
 
@@ -359,26 +380,33 @@ fn read_raw(delivery: &InboundDelivery) -> Result<Envelope, EnvelopeError> {
         return Err(EnvelopeError::MissingMessage);
     }
     let h = &delivery.headers;
-    let guid = |field: &'static str, name: &str, fallback: Option<&String>| {
-        match h.get_str(name).or(fallback.map(String::as_str)) {
-            None | Some("") => Ok(None),
-            Some(s) => parse_dotnet_guid(s)
-                .map(Some)
-                .ok_or_else(|| EnvelopeError::InvalidField {
-                    field,
-                    reason: format!("{s:?} is not a GUID"),
-                }),
-        }
+    let guid = |field: &'static str, name: &str, fallback: Option<&String>| match h
+        .get_str(name)
+        .or(fallback.map(String::as_str))
+    {
+        None | Some("") => Ok(None),
+        Some(s) => parse_dotnet_guid(s)
+            .map(Some)
+            .ok_or_else(|| EnvelopeError::InvalidField {
+                field,
+                reason: format!("{s:?} is not a GUID"),
+            }),
     };
     let text = |name: &str| h.get_str(name).map(str::to_owned);
     let headers: Headers = h
         .iter()
-        .filter(|(k, _)| !is_mt_header(k) && !RAW_ID_HEADERS.iter().any(|n| n.eq_ignore_ascii_case(k)))
+        .filter(|(k, _)| {
+            !is_mt_header(k) && !RAW_ID_HEADERS.iter().any(|n| n.eq_ignore_ascii_case(k))
+        })
         .map(|(k, v)| (k.to_owned(), v.clone()))
         .collect();
     Ok(Envelope {
         message_id: guid("messageId", "MessageId", delivery.message_id.as_ref())?,
-        correlation_id: guid("correlationId", "CorrelationId", delivery.correlation_id.as_ref())?,
+        correlation_id: guid(
+            "correlationId",
+            "CorrelationId",
+            delivery.correlation_id.as_ref(),
+        )?,
         conversation_id: guid("conversationId", "ConversationId", None)?,
         request_id: guid("requestId", "RequestId", None)?,
         initiator_id: guid("initiatorId", "MT-InitiatorId", None)?,
@@ -387,7 +415,12 @@ fn read_raw(delivery: &InboundDelivery) -> Result<Envelope, EnvelopeError> {
         fault_address: text("MT-Fault-Address"),
         destination_address: None,
         message_type: text("MT-MessageType")
-            .map(|t| t.split(';').filter(|s| !s.is_empty()).map(str::to_owned).collect())
+            .map(|t| {
+                t.split(';')
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            })
             .unwrap_or_default(),
         message,
         expiration_time: None,
@@ -401,4 +434,10 @@ fn read_raw(delivery: &InboundDelivery) -> Result<Envelope, EnvelopeError> {
     })
 }
 
-const RAW_ID_HEADERS: [&str; 5] = ["MessageId", "CorrelationId", "ConversationId", "RequestId", "Content-Type"];
+const RAW_ID_HEADERS: [&str; 5] = [
+    "MessageId",
+    "CorrelationId",
+    "ConversationId",
+    "RequestId",
+    "Content-Type",
+];

@@ -56,7 +56,11 @@ pub struct ConsumerInfo {
 
 impl ConsumerInfo {
     /// Describes consumer `name` of `message_type` on endpoint `queue`.
-    pub fn new(name: impl Into<String>, message_type: MessageType, queue: impl Into<String>) -> Self {
+    pub fn new(
+        name: impl Into<String>,
+        message_type: MessageType,
+        queue: impl Into<String>,
+    ) -> Self {
         Self {
             name: name.into(),
             message_type,

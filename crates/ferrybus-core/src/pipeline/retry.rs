@@ -116,7 +116,10 @@ impl RetryPolicy {
 
     /// Retries only errors for which `filter` returns true (MassTransit's `Handle<T>`; negate
     /// for `Ignore<T>`).
-    pub fn retry_if(mut self, filter: impl Fn(&ConsumeError) -> bool + Send + Sync + 'static) -> Self {
+    pub fn retry_if(
+        mut self,
+        filter: impl Fn(&ConsumeError) -> bool + Send + Sync + 'static,
+    ) -> Self {
         self.filter = Some(Arc::new(filter));
         self
     }
@@ -223,7 +226,12 @@ mod tests {
         );
         assert_eq!(RetryPolicy::none().delay(0), None);
         assert_eq!(RetryPolicy::immediate(2).delay(1), Some(Duration::ZERO));
-        let e = RetryPolicy::exponential(5, Duration::from_millis(10), Duration::from_millis(200), Duration::from_millis(10));
+        let e = RetryPolicy::exponential(
+            5,
+            Duration::from_millis(10),
+            Duration::from_millis(200),
+            Duration::from_millis(10),
+        );
         for i in 0..5 {
             let d = e.delay(i).unwrap();
             assert!(d <= Duration::from_millis(200), "{d:?}");

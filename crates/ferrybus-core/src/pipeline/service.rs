@@ -58,7 +58,9 @@ where
             let message = M::deserialize(&request.received().envelope.message).map_err(|e| {
                 ConsumeError::new(ConsumeErrorKind::Deserialize, e).into_permanent()
             })?;
-            consumer.consume(ConsumeContext::new(message, request)).await
+            consumer
+                .consume(ConsumeContext::new(message, request))
+                .await
         })
     }
 }
