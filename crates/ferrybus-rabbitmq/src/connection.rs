@@ -1,0 +1,361 @@
+//! The connection supervisor: one AMQP connection at a time, re-opened with back-off when it is
+//! lost. Each open connection is a [`Live`] generation with its own channels and declaration
+//! cache, so nothing (an ack, a cached declaration) leaks from a dead connection to a new one.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
+use tokio::sync::{watch, Mutex, OnceCell};
+use tokio_util::sync::CancellationToken;
+
+use crate::backoff::Backoff;
+use crate::error::{ErrorKind, RabbitMqError, Result};
+use crate::event::{Event, Events};
+use crate::settings::HostSettings;
+use crate::topology::{short, Topology};
+
+/// One open connection and what belongs to it.
+pub(crate) struct Live {
+    pub(crate) generation: u64,
+    connection: Connection,
+    publish: ChannelSlot,
+    declare: ChannelSlot,
+    pub(crate) topology: Topology,
+    delayed_exchange: OnceCell<bool>,
+    settings: Arc<HostSettings>,
+}
+
+impl Live {
+    /// Whether the connection is still usable.
+    pub(crate) fn is_open(&self) -> bool {
+        self.connection.status().connected()
+    }
+
+    /// A new channel (for a consumer).
+    pub(crate) async fn create_channel(&self) -> Result<Channel> {
+        self.connection
+            .create_channel()
+            .await
+            .map_err(|e| RabbitMqError::amqp("opening a channel", e))
+    }
+
+    /// The channel declarations run on (re-opened if a failed declaration closed it).
+    pub(crate) async fn declare_channel(&self) -> Result<Channel> {
+        self.declare.get(&self.connection).await
+    }
+
+    /// Publishes and waits for the broker's confirm. A nack, or a mandatory message that was
+    /// returned, is an error.
+    pub(crate) async fn publish(
+        &self,
+        target: PublishTarget<'_>,
+        body: &[u8],
+        properties: BasicProperties,
+    ) -> Result<()> {
+        let channel = self.publish.get(&self.connection).await?;
+        let options = BasicPublishOptions {
+            mandatory: target.mandatory,
+            ..BasicPublishOptions::default()
+        };
+        let what = || format!("publishing to exchange {:?}", target.exchange);
+        let confirm = channel
+            .basic_publish(
+                short(target.exchange)?,
+                short(target.routing_key)?,
+                options,
+                body,
+                properties,
+            )
+            .await
+            .map_err(|e| RabbitMqError::amqp(what(), e))?;
+        let confirmation = tokio::time::timeout(self.settings.publish_timeout, confirm)
+            .await
+            .map_err(|_| {
+                RabbitMqError::new(
+                    ErrorKind::Timeout,
+                    format!("no publisher confirm: {}", what()),
+                )
+            })?
+            .map_err(|e| RabbitMqError::amqp(what(), e))?;
+        match confirmation {
+            Confirmation::Ack(None) | Confirmation::NotRequested => Ok(()),
+            Confirmation::Ack(Some(returned)) => Err(RabbitMqError::new(
+                ErrorKind::Returned,
+                format!(
+                    "{}: {} {}",
+                    what(),
+                    returned.reply_code,
+                    returned.reply_text
+                ),
+            )),
+            Confirmation::Nack(_) => Err(RabbitMqError::new(ErrorKind::Nacked, what())),
+        }
+    }
+
+    /// Whether the broker has the `rabbitmq_delayed_message_exchange` plugin, probed once per
+    /// connection on a throwaway connection (an unknown exchange type closes the connection).
+    pub(crate) async fn delayed_exchange_supported(&self) -> bool {
+        *self
+            .delayed_exchange
+            .get_or_init(|| probe_delayed_exchange(self.settings.clone()))
+            .await
+    }
+
+    async fn close(&self) {
+        if self.is_open() {
+            if let Some(channel) = self.publish.current().await {
+                let _ = channel.wait_for_confirms().await;
+            }
+            let _ = self.connection.close(200, "bye".into()).await;
+        }
+    }
+}
+
+/// Where a message is published: exchange, routing key, mandatory flag.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct PublishTarget<'a> {
+    pub(crate) exchange: &'a str,
+    pub(crate) routing_key: &'a str,
+    pub(crate) mandatory: bool,
+}
+
+/// A lazily opened channel, re-opened when the broker closed it.
+struct ChannelSlot {
+    confirm: bool,
+    channel: Mutex<Option<Channel>>,
+}
+
+impl ChannelSlot {
+    fn new(confirm: bool) -> Self {
+        Self {
+            confirm,
+            channel: Mutex::new(None),
+        }
+    }
+
+    async fn current(&self) -> Option<Channel> {
+        self.channel.lock().await.clone()
+    }
+
+    async fn get(&self, connection: &Connection) -> Result<Channel> {
+        let mut slot = self.channel.lock().await;
+        if let Some(channel) = slot.as_ref().filter(|c| c.status().connected()) {
+            return Ok(channel.clone());
+        }
+        let channel = connection
+            .create_channel()
+            .await
+            .map_err(|e| RabbitMqError::amqp("opening a channel", e))?;
+        if self.confirm {
+            channel
+                .confirm_select(ConfirmSelectOptions::default())
+                .await
+                .map_err(|e| RabbitMqError::amqp("enabling publisher confirms", e))?;
+        }
+        *slot = Some(channel.clone());
+        Ok(channel)
+    }
+}
+
+async fn open(settings: &HostSettings) -> Result<Connection> {
+    let mut properties = ConnectionProperties::default();
+    if let Some(name) = &settings.connection_name {
+        properties = properties.with_connection_name(name.as_str().into());
+    }
+    let connect = Connection::connect(settings.uri(), properties);
+    tokio::time::timeout(settings.connect_timeout, connect)
+        .await
+        .map_err(|_| RabbitMqError::new(ErrorKind::Timeout, "connecting to the broker"))?
+        .map_err(|e| {
+            RabbitMqError::with_source(ErrorKind::NotConnected, "connecting to the broker", e)
+        })
+}
+
+async fn probe_delayed_exchange(settings: Arc<HostSettings>) -> bool {
+    let probe = async {
+        let connection = open(&settings).await.ok()?;
+        let channel = connection.create_channel().await.ok()?;
+        let name = format!("ferrybus.delay-probe.{}", uuid::Uuid::now_v7());
+        let mut args = lapin::types::FieldTable::default();
+        args.insert(
+            "x-delayed-type".into(),
+            lapin::types::AMQPValue::LongString("fanout".into()),
+        );
+        let options = lapin::options::ExchangeDeclareOptions {
+            auto_delete: true,
+            ..Default::default()
+        };
+        let kind = lapin::ExchangeKind::Custom("x-delayed-message".into());
+        let supported = channel
+            .exchange_declare(name.as_str().into(), kind, options, args)
+            .await
+            .is_ok();
+        if supported {
+            let _ = channel
+                .exchange_delete(name.as_str().into(), Default::default())
+                .await;
+        }
+        let _ = connection.close(200, "probe done".into()).await;
+        Some(supported)
+    };
+    let supported = probe.await.unwrap_or(false);
+    tracing::info!(target: "ferrybus::rabbitmq", supported, "probed for the delayed message exchange plugin");
+    supported
+}
+
+/// Owns the connection: opens it, watches it, and re-opens it after a loss.
+pub(crate) struct Connector {
+    settings: Arc<HostSettings>,
+    live: watch::Sender<Option<Arc<Live>>>,
+    events: Events,
+    shutdown: CancellationToken,
+    generation: AtomicU64,
+}
+
+impl Connector {
+    /// Opens the first connection (retrying until the connect timeout) and starts supervising.
+    pub(crate) async fn start(settings: HostSettings, events: Events) -> Result<Arc<Self>> {
+        let this = Arc::new(Self {
+            settings: Arc::new(settings),
+            live: watch::channel(None).0,
+            events,
+            shutdown: CancellationToken::new(),
+            generation: AtomicU64::new(0),
+        });
+        let deadline = tokio::time::Instant::now() + this.settings.connect_timeout;
+        let live = this.connect_until(Some(deadline)).await?;
+        this.events.emit(Event::Connected {
+            generation: live.generation,
+        });
+        tokio::spawn(this.clone().supervise(live));
+        Ok(this)
+    }
+
+    /// The open connection, waiting up to `timeout` for a reconnect.
+    pub(crate) async fn live(&self, timeout: Duration) -> Result<Arc<Live>> {
+        let mut rx = self.live.subscribe();
+        let wait = rx.wait_for(|l| l.as_ref().is_some_and(|l| l.is_open()));
+        tokio::select! {
+            r = tokio::time::timeout(timeout, wait) => match r {
+                Ok(Ok(live)) => Ok(live.clone().expect("checked by wait_for")),
+                Ok(Err(_)) => Err(RabbitMqError::new(ErrorKind::Stopped, "the connection supervisor ended")),
+                Err(_) => Err(RabbitMqError::new(ErrorKind::NotConnected, format!("no connection within {timeout:?}"))),
+            },
+            () = self.shutdown.cancelled() => Err(RabbitMqError::new(ErrorKind::Stopped, "the bus is stopping")),
+        }
+    }
+
+    /// The open connection, waiting as long as it takes; `None` once the bus stops.
+    pub(crate) async fn wait_live(&self) -> Option<Arc<Live>> {
+        self.live(Duration::from_secs(u64::MAX / 4)).await.ok()
+    }
+
+    /// The publish timeout from the settings.
+    pub(crate) fn publish_timeout(&self) -> Duration {
+        self.settings.publish_timeout
+    }
+
+    /// A back-off for reconnect-like retries.
+    pub(crate) fn backoff(&self) -> Backoff {
+        Backoff::new(self.settings.reconnect_min, self.settings.reconnect_max)
+    }
+
+    /// Stops supervising and closes the connection (after outstanding confirms).
+    pub(crate) async fn close(&self) {
+        self.shutdown.cancel();
+        let live = self.live.send_replace(None);
+        if let Some(live) = live {
+            live.close().await;
+        }
+    }
+
+    async fn connect_until(&self, deadline: Option<tokio::time::Instant>) -> Result<Arc<Live>> {
+        let mut backoff = self.backoff();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let error = match open(&self.settings).await {
+                Ok(connection) => return Ok(self.install(connection)),
+                Err(error) => error,
+            };
+            tracing::warn!(target: "ferrybus::rabbitmq", attempt, %error, "connection attempt failed");
+            self.events.emit(Event::ConnectFailed {
+                attempt,
+                reason: error.to_string(),
+            });
+            let delay = backoff.next_delay();
+            if deadline.is_some_and(|d| tokio::time::Instant::now() + delay > d) {
+                return Err(error);
+            }
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                () = self.shutdown.cancelled() => return Err(RabbitMqError::new(ErrorKind::Stopped, "the bus is stopping")),
+            }
+        }
+    }
+
+    fn install(&self, connection: Connection) -> Arc<Live> {
+        let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
+        let live = Arc::new(Live {
+            generation,
+            connection,
+            publish: ChannelSlot::new(true),
+            declare: ChannelSlot::new(false),
+            topology: Topology::default(),
+            delayed_exchange: OnceCell::new(),
+            settings: self.settings.clone(),
+        });
+        self.live.send_replace(Some(live.clone()));
+        tracing::info!(target: "ferrybus::rabbitmq", generation, "connected");
+        live
+    }
+
+    async fn supervise(self: Arc<Self>, mut live: Arc<Live>) {
+        loop {
+            let reason = tokio::select! {
+                reason = wait_lost(&live) => reason,
+                () = self.shutdown.cancelled() => return,
+            };
+            if self.shutdown.is_cancelled() {
+                return;
+            }
+            tracing::warn!(target: "ferrybus::rabbitmq", generation = live.generation, %reason, "connection lost");
+            self.live.send_replace(None);
+            self.events.emit(Event::Disconnected {
+                generation: live.generation,
+                reason,
+            });
+            live = match self.connect_until(None).await {
+                Ok(next) => next,
+                Err(_) => return,
+            };
+            self.events.emit(Event::Reconnected {
+                generation: live.generation,
+            });
+        }
+    }
+}
+
+/// Resolves when `live`'s connection is no longer usable, with the reason.
+async fn wait_lost(live: &Live) -> String {
+    let mut errors = live.connection.events_listener();
+    let mut tick = tokio::time::interval(Duration::from_millis(250));
+    loop {
+        tokio::select! {
+            event = errors.next() => match event {
+                Some(lapin::Event::Error(error)) => return error.to_string(),
+                Some(_) => {}
+                None => return "the connection ended".to_owned(),
+            },
+            _ = tick.tick() => {
+                if !live.is_open() {
+                    return "the connection is closed".to_owned();
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! Conversions between core types and AMQP: headers (masstransit-wire §3.3), basic properties,
+//! and inbound deliveries.
+
+use ferrybus_core::{Headers, InboundDelivery, OutgoingMessage};
+use lapin::message::Delivery;
+use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
+use lapin::BasicProperties;
+use serde_json::{Map, Number, Value};
+
+/// MassTransit's conversion of one header value to AMQP: strings → longstr, `true` → `"True"`,
+/// `false` and `null` dropped, integers → long, other numbers → double, lists and objects
+/// dropped.
+pub(crate) fn header_to_amqp(value: &Value) -> Option<AMQPValue> {
+    match value {
+        Value::String(s) => Some(AMQPValue::LongString(LongString::from(s.as_str()))),
+        Value::Bool(true) => Some(AMQPValue::LongString(LongString::from("True"))),
+        Value::Number(n) => Some(match n.as_i64() {
+            Some(i) => AMQPValue::LongLongInt(i),
+            None => AMQPValue::Double(n.as_f64().unwrap_or_default()),
+        }),
+        Value::Bool(false) | Value::Null | Value::Array(_) | Value::Object(_) => None,
+    }
+}
+
+/// Sets every convertible header of `headers` on `table` (a null value removes the key).
+pub(crate) fn merge_headers(table: &mut FieldTable, headers: &Headers) {
+    for (name, value) in headers.iter() {
+        let Ok(key) = ShortString::try_new(name) else {
+            tracing::warn!(target: "ferrybus::rabbitmq", header = name, "header name too long; dropped");
+            continue;
+        };
+        match header_to_amqp(value) {
+            Some(v) => {
+                table.insert(key, v);
+            }
+            None if value.is_null() => remove_key(table, name),
+            None => {}
+        }
+    }
+}
+
+fn remove_key(table: &mut FieldTable, name: &str) {
+    if table.contains_key(name) {
+        let kept = table
+            .inner()
+            .iter()
+            .filter(|(k, _)| k.as_str() != name)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect::<std::collections::BTreeMap<_, _>>();
+        *table = FieldTable::from(kept);
+    }
+}
+
+/// AMQP headers as core [`Headers`]: strings stay strings, integers and timestamps become
+/// numbers, booleans stay booleans, nested tables and arrays become JSON objects and arrays,
+/// byte arrays and voids are skipped.
+pub(crate) fn headers_from_amqp(table: &FieldTable) -> Headers {
+    table
+        .inner()
+        .iter()
+        .filter_map(|(k, v)| amqp_to_json(v).map(|v| (k.to_string(), v)))
+        .collect()
+}
+
+fn amqp_to_json(value: &AMQPValue) -> Option<Value> {
+    let int = |i: i64| Some(Value::Number(i.into()));
+    match value {
+        AMQPValue::Boolean(b) => Some(Value::Bool(*b)),
+        AMQPValue::ShortShortInt(i) => int((*i).into()),
+        AMQPValue::ShortShortUInt(i) => int((*i).into()),
+        AMQPValue::ShortInt(i) => int((*i).into()),
+        AMQPValue::ShortUInt(i) => int((*i).into()),
+        AMQPValue::LongInt(i) => int((*i).into()),
+        AMQPValue::LongUInt(i) => int((*i).into()),
+        AMQPValue::LongLongInt(i) => int(*i),
+        AMQPValue::Timestamp(t) => Some(Value::Number((*t).into())),
+        AMQPValue::Float(f) => Number::from_f64(f64::from(*f)).map(Value::Number),
+        AMQPValue::Double(f) => Number::from_f64(*f).map(Value::Number),
+        AMQPValue::DecimalValue(d) => Some(Value::String(decimal_text(d.value, d.scale))),
+        AMQPValue::ShortString(s) => Some(Value::String(s.to_string())),
+        AMQPValue::LongString(s) => Some(Value::String(s.to_string())),
+        AMQPValue::FieldArray(a) => Some(array_to_json(a)),
+        AMQPValue::FieldTable(t) => Some(table_to_json(t)),
+        AMQPValue::ByteArray(_) | AMQPValue::Void => None,
+    }
+}
+
+fn array_to_json(array: &FieldArray) -> Value {
+    Value::Array(array.as_slice().iter().filter_map(amqp_to_json).collect())
+}
+
+fn table_to_json(table: &FieldTable) -> Value {
+    let map: Map<String, Value> = table
+        .inner()
+        .iter()
+        .filter_map(|(k, v)| amqp_to_json(v).map(|v| (k.to_string(), v)))
+        .collect();
+    Value::Object(map)
+}
+
+fn decimal_text(value: u32, scale: u8) -> String {
+    let digits = value.to_string();
+    let scale = usize::from(scale);
+    if scale == 0 {
+        return digits;
+    }
+    let padded = format!("{digits:0>width$}", width = scale + 1);
+    let (int, frac) = padded.split_at(padded.len() - scale);
+    format!("{int}.{frac}")
+}
+
+/// The AMQP properties MassTransit sets on a message it sends (masstransit-wire §3.3):
+/// `content_type`, `message_id`, `correlation_id` (when set), `delivery_mode` 2, `expiration`
+/// in ms (when the message has a TTL) and the headers.
+pub(crate) fn outgoing_properties(message: &OutgoingMessage) -> BasicProperties {
+    let mut headers = FieldTable::default();
+    merge_headers(&mut headers, &message.headers);
+    let mut properties = BasicProperties::default()
+        .with_delivery_mode(2)
+        .with_headers(headers);
+    if let Ok(content_type) = ShortString::try_new(message.content_type.as_str()) {
+        properties = properties.with_content_type(content_type);
+    }
+    properties = properties.with_message_id(message.message_id.to_string().into());
+    if let Some(id) = message.correlation_id {
+        properties = properties.with_correlation_id(id.to_string().into());
+    }
+    if let Some(ttl) = message.time_to_live() {
+        properties = properties.with_expiration(ttl.as_millis().to_string().into());
+    }
+    properties
+}
+
+/// Reads a lapin delivery into the core's transport-independent shape.
+pub(crate) fn inbound(delivery: &Delivery) -> InboundDelivery {
+    let p = &delivery.properties;
+    InboundDelivery {
+        body: delivery.data.clone(),
+        content_type: p.content_type().as_ref().map(ToString::to_string),
+        headers: p
+            .headers()
+            .as_ref()
+            .map(headers_from_amqp)
+            .unwrap_or_default(),
+        message_id: p.message_id().as_ref().map(ToString::to_string),
+        correlation_id: p.correlation_id().as_ref().map(ToString::to_string),
+        redelivered: delivery.redelivered,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn outgoing_headers_follow_masstransit() {
+        let headers = Headers::from_json(json!({
+            "Tenant": "acme", "Flag": true, "Off": false, "Count": 3, "Ratio": 0.5,
+            "MT-Request-AcceptType": ["urn:message:A"], "Obj": {"a": 1}, "Gone": null
+        }))
+        .unwrap();
+        let mut table = FieldTable::default();
+        table.insert("Gone".into(), AMQPValue::LongString("x".into()));
+        merge_headers(&mut table, &headers);
+        let t = table.inner();
+        assert_eq!(t["Tenant"], AMQPValue::LongString("acme".into()));
+        assert_eq!(t["Flag"], AMQPValue::LongString("True".into()));
+        assert_eq!(t["Count"], AMQPValue::LongLongInt(3));
+        assert_eq!(t["Ratio"], AMQPValue::Double(0.5));
+        for dropped in ["Off", "MT-Request-AcceptType", "Obj", "Gone"] {
+            assert!(!t.contains_key(dropped), "{dropped}");
+        }
+    }
+
+    #[test]
+    fn incoming_headers_become_json() {
+        let mut table = FieldTable::default();
+        table.insert("s".into(), AMQPValue::LongString("v".into()));
+        table.insert("i".into(), AMQPValue::LongInt(-4));
+        table.insert("b".into(), AMQPValue::Boolean(true));
+        table.insert("t".into(), AMQPValue::Timestamp(1_700_000_000));
+        table.insert("short".into(), AMQPValue::ShortString("x".into()));
+        table.insert("bytes".into(), AMQPValue::ByteArray(vec![1u8].into()));
+        table.insert(
+            "d".into(),
+            AMQPValue::DecimalValue(lapin::types::DecimalValue {
+                scale: 2,
+                value: 6699,
+            }),
+        );
+        let h = headers_from_amqp(&table);
+        assert_eq!(h.get_str("s"), Some("v"));
+        assert_eq!(h.get_i64("i"), Some(-4));
+        assert_eq!(h.get("b"), Some(&json!(true)));
+        assert_eq!(h.get_i64("t"), Some(1_700_000_000));
+        assert_eq!(h.get_str("short"), Some("x"));
+        assert_eq!(h.get_str("d"), Some("66.99"));
+        assert!(!h.contains("bytes"));
+    }
+
+    #[test]
+    fn decimals_keep_their_scale() {
+        assert_eq!(decimal_text(5, 2), "0.05");
+        assert_eq!(decimal_text(500, 0), "500");
+    }
+}

@@ -1,0 +1,239 @@
+//! The receive loop of one endpoint: declare, consume, hand each delivery to the core pipeline,
+//! settle; start over on a new connection after a loss.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferrybus_core::{fault_headers, ConsumeError, Disposition, ReceivePipeline};
+use futures::{FutureExt, StreamExt};
+use lapin::message::Delivery;
+use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
+use lapin::types::FieldTable;
+use lapin::Channel;
+use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::connection::{Connector, Live};
+use crate::convert::inbound;
+use crate::delay::DelayMode;
+use crate::error::{RabbitMqError, Result};
+use crate::event::{Event, Events};
+use crate::settle::{settle, SettleContext};
+use crate::topology::{short, QueueDecl};
+
+/// How long in-flight deliveries get after the shutdown deadline, once cancelled.
+const CANCEL_GRACE: Duration = Duration::from_secs(1);
+
+/// Everything one endpoint needs to run.
+pub(crate) struct EndpointRunner {
+    pub(crate) queue: QueueDecl,
+    pub(crate) message_types: Vec<String>,
+    pub(crate) prefetch: u16,
+    pub(crate) concurrency: usize,
+    pub(crate) pipeline: ReceivePipeline,
+    pub(crate) pipeline_cancel: CancellationToken,
+    pub(crate) connector: Arc<Connector>,
+    pub(crate) events: Events,
+    pub(crate) delay_mode: DelayMode,
+    pub(crate) stop: CancellationToken,
+    pub(crate) shutdown_timeout: Duration,
+}
+
+/// Why one consume session ended.
+enum SessionEnd {
+    /// The endpoint was asked to stop.
+    Stopped,
+    /// The channel or connection went away.
+    Lost,
+}
+
+/// The state kept across consume sessions.
+struct Session {
+    limit: Arc<Semaphore>,
+    in_flight: JoinSet<()>,
+    channels: Vec<Channel>,
+    ready: Option<oneshot::Sender<Result<()>>>,
+}
+
+impl EndpointRunner {
+    /// Runs until stopped. `ready` gets the outcome of the first setup.
+    pub(crate) async fn run(self, ready: oneshot::Sender<Result<()>>) {
+        let this = Arc::new(self);
+        let mut session = Session {
+            limit: Arc::new(Semaphore::new(this.concurrency)),
+            in_flight: JoinSet::new(),
+            channels: Vec::new(),
+            ready: Some(ready),
+        };
+        let mut backoff = this.connector.backoff();
+        loop {
+            let live = tokio::select! {
+                live = this.connector.wait_live() => live,
+                () = this.stop.cancelled() => None,
+            };
+            let Some(live) = live else { break };
+            session.channels.retain(|c| c.status().connected());
+            match this.consume(&live, &mut session).await {
+                Ok(SessionEnd::Stopped) => break,
+                Ok(SessionEnd::Lost) => backoff.reset(),
+                Err(error) => {
+                    tracing::error!(target: "ferrybus::rabbitmq", queue = %this.queue.name, %error, "endpoint setup failed");
+                    this.events.emit(Event::EndpointFailed {
+                        queue: this.queue.name.clone(),
+                        reason: error.to_string(),
+                    });
+                    if let Some(ready) = session.ready.take() {
+                        let _ = ready.send(Err(error));
+                        break;
+                    }
+                }
+            }
+            tokio::select! {
+                () = tokio::time::sleep(backoff.next_delay()) => {}
+                () = this.stop.cancelled() => break,
+            }
+        }
+        this.drain(&mut session).await;
+        this.events.emit(Event::EndpointStopped {
+            queue: this.queue.name.clone(),
+        });
+    }
+
+    async fn setup(&self, live: &Live) -> Result<(Channel, lapin::Consumer)> {
+        let channel = live.create_channel().await?;
+        channel
+            .basic_qos(self.prefetch, BasicQosOptions { global: false })
+            .await
+            .map_err(|e| RabbitMqError::amqp("setting the prefetch count", e))?;
+        let declare = live.declare_channel().await?;
+        live.topology
+            .endpoint(&declare, &self.queue, &self.message_types)
+            .await?;
+        let tag = format!("ferrybus-{}", uuid::Uuid::now_v7().simple());
+        let consumer = channel
+            .basic_consume(
+                short(&self.queue.name)?,
+                tag.into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| {
+                RabbitMqError::amqp(format!("consuming queue {:?}", self.queue.name), e)
+            })?;
+        Ok((channel, consumer))
+    }
+
+    async fn consume(
+        self: &Arc<Self>,
+        live: &Arc<Live>,
+        session: &mut Session,
+    ) -> Result<SessionEnd> {
+        let (channel, mut consumer) = self.setup(live).await?;
+        session.channels.push(channel.clone());
+        tracing::info!(target: "ferrybus::rabbitmq", queue = %self.queue.name, generation = live.generation, "consuming");
+        self.events.emit(Event::EndpointReady {
+            queue: self.queue.name.clone(),
+            generation: live.generation,
+        });
+        if let Some(ready) = session.ready.take() {
+            let _ = ready.send(Ok(()));
+        }
+        loop {
+            let permit = tokio::select! {
+                biased;
+                () = self.stop.cancelled() => return Ok(self.cancel(&channel, &consumer).await),
+                permit = session.limit.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
+            };
+            let next = tokio::select! {
+                biased;
+                () = self.stop.cancelled() => return Ok(self.cancel(&channel, &consumer).await),
+                next = consumer.next() => next,
+            };
+            match next {
+                Some(Ok(delivery)) => {
+                    let runner = self.clone();
+                    let live = live.clone();
+                    session
+                        .in_flight
+                        .spawn(async move { runner.handle(live, delivery, permit).await });
+                }
+                Some(Err(error)) => {
+                    tracing::warn!(target: "ferrybus::rabbitmq", queue = %self.queue.name, %error, "consumer failed");
+                    return Ok(SessionEnd::Lost);
+                }
+                None => return Ok(SessionEnd::Lost),
+            }
+            while session.in_flight.try_join_next().is_some() {}
+        }
+    }
+
+    async fn cancel(&self, channel: &Channel, consumer: &lapin::Consumer) -> SessionEnd {
+        if let Err(error) = channel
+            .basic_cancel(consumer.tag(), BasicCancelOptions::default())
+            .await
+        {
+            tracing::debug!(target: "ferrybus::rabbitmq", %error, "basic.cancel failed");
+        }
+        SessionEnd::Stopped
+    }
+
+    async fn handle(
+        self: Arc<Self>,
+        live: Arc<Live>,
+        delivery: Delivery,
+        permit: OwnedSemaphorePermit,
+    ) {
+        let disposition = AssertUnwindSafe(self.pipeline.handle(&inbound(&delivery)))
+            .catch_unwind()
+            .await
+            .unwrap_or_else(|panic| self.panicked(&panic));
+        let ctx = SettleContext {
+            live: &live,
+            queue: &self.queue,
+            delay_mode: self.delay_mode,
+            events: &self.events,
+        };
+        settle(&ctx, &delivery, disposition).await;
+        drop(permit);
+    }
+
+    fn panicked(&self, panic: &(dyn std::any::Any + Send)) -> Disposition {
+        let text = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a consumer panicked".to_owned());
+        tracing::error!(target: "ferrybus::rabbitmq", queue = %self.queue.name, panic = %text, "consumer panicked");
+        let error = ConsumeError::handler(format!("panic: {text}"));
+        Disposition::Faulted {
+            headers: fault_headers(&error, self.pipeline.input_address(), None),
+        }
+    }
+
+    /// Lets in-flight deliveries finish until the shutdown deadline; then cancels them, and
+    /// after a short grace abandons the rest unacknowledged (the broker requeues them when the
+    /// channel closes).
+    async fn drain(&self, session: &mut Session) {
+        let all = async { while session.in_flight.join_next().await.is_some() {} };
+        if tokio::time::timeout(self.shutdown_timeout, all)
+            .await
+            .is_err()
+        {
+            tracing::warn!(target: "ferrybus::rabbitmq", queue = %self.queue.name, "shutdown deadline reached; cancelling in-flight messages");
+            self.pipeline_cancel.cancel();
+            let rest = async { while session.in_flight.join_next().await.is_some() {} };
+            if tokio::time::timeout(CANCEL_GRACE, rest).await.is_err() {
+                session.in_flight.abort_all();
+                while session.in_flight.join_next().await.is_some() {}
+            }
+        }
+        for channel in session.channels.drain(..) {
+            if channel.status().connected() {
+                let _ = channel.close(200, "endpoint stopped".into()).await;
+            }
+        }
+    }
+}

@@ -1,0 +1,137 @@
+//! [`RabbitMqError`]: the one error type of this crate.
+
+use std::error::Error as StdError;
+use std::fmt;
+
+use ferrybus_core::BoxError;
+
+/// What went wrong, broadly. Match on it to decide whether to retry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The configuration (URI, endpoint, queue options) is invalid.
+    Config,
+    /// An address could not be parsed or resolved.
+    Address,
+    /// No connection to the broker (it is down, or the wait for a reconnect timed out).
+    NotConnected,
+    /// The broker refused an AMQP operation (a declaration with different flags, a missing
+    /// entity, access refused ...).
+    Broker,
+    /// The broker negatively acknowledged a publish.
+    Nacked,
+    /// A mandatory message could not be routed to any queue and was returned.
+    Returned,
+    /// An operation took longer than its deadline.
+    Timeout,
+    /// The bus is stopping or stopped.
+    Stopped,
+    /// A request was answered with a `Fault<T>`.
+    Fault,
+    /// A message could not be serialized or deserialized.
+    Serialization,
+}
+
+impl ErrorKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Config => "invalid configuration",
+            ErrorKind::Address => "invalid address",
+            ErrorKind::NotConnected => "not connected to the broker",
+            ErrorKind::Broker => "broker operation failed",
+            ErrorKind::Nacked => "the broker rejected the message (nack)",
+            ErrorKind::Returned => "the message could not be routed and was returned",
+            ErrorKind::Timeout => "timed out",
+            ErrorKind::Stopped => "the bus is stopped",
+            ErrorKind::Fault => "the request faulted",
+            ErrorKind::Serialization => "serialization failed",
+        }
+    }
+}
+
+/// An error of the RabbitMQ transport: a [`ErrorKind`], a message, and the underlying cause
+/// (often a [`lapin::Error`]).
+///
+/// ```
+/// use ferrybus_rabbitmq::{ErrorKind, RabbitMqError};
+/// let err = RabbitMqError::new(ErrorKind::Timeout, "no confirm within 30s");
+/// assert_eq!(err.kind(), ErrorKind::Timeout);
+/// assert_eq!(err.to_string(), "timed out: no confirm within 30s");
+/// ```
+#[derive(Debug)]
+pub struct RabbitMqError {
+    kind: ErrorKind,
+    message: String,
+    source: Option<BoxError>,
+}
+
+impl RabbitMqError {
+    /// An error without an underlying cause.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// An error caused by `source`.
+    pub fn with_source(
+        kind: ErrorKind,
+        message: impl Into<String>,
+        source: impl Into<BoxError>,
+    ) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            source: Some(source.into()),
+        }
+    }
+
+    /// A broker (AMQP) failure while doing `what`.
+    pub(crate) fn amqp(what: impl Into<String>, error: lapin::Error) -> Self {
+        let kind = if error.is_amqp_error() {
+            ErrorKind::Broker
+        } else {
+            ErrorKind::NotConnected
+        };
+        Self::with_source(kind, what, error)
+    }
+
+    /// The kind of failure.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The underlying lapin error, if that is the cause.
+    pub fn lapin_error(&self) -> Option<&lapin::Error> {
+        self.source.as_ref()?.downcast_ref()
+    }
+}
+
+impl fmt::Display for RabbitMqError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.kind.as_str(), self.message)?;
+        if let Some(source) = &self.source {
+            write!(f, " ({source})")?;
+        }
+        Ok(())
+    }
+}
+
+impl StdError for RabbitMqError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn StdError + 'static))
+    }
+}
+
+impl From<ferrybus_core::AddressError> for RabbitMqError {
+    fn from(error: ferrybus_core::AddressError) -> Self {
+        Self::with_source(ErrorKind::Address, "cannot use the address", error)
+    }
+}
+
+/// The result type of this crate.
+pub type Result<T, E = RabbitMqError> = std::result::Result<T, E>;

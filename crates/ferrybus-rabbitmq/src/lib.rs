@@ -1,0 +1,91 @@
+//! RabbitMQ transport for ferrybus, indistinguishable on the wire from .NET MassTransit 8.
+//!
+//! * **Topology as MassTransit declares it**: a fanout exchange per message type (named by
+//!   [`MessageType::entity_name`](ferrybus_core::MessageType::entity_name)), an endpoint exchange
+//!   `Q` bound to queue `Q`, exchange-to-exchange bindings from every consumed type and from a
+//!   published type to its base types, lazily declared `<queue>_error` / `<queue>_skipped`
+//!   pairs copying the source queue's flags, all with MassTransit's flags so a .NET service on the
+//!   same broker never hits `PRECONDITION_FAILED`.
+//! * **Properties and headers as MassTransit writes them**: `content_type`, `message_id`,
+//!   `correlation_id`, `delivery_mode` 2, `expiration` in ms, headers converted by MassTransit's
+//!   rules; publisher confirms on every publish.
+//! * **Failure paths**: faults move the original message to `<queue>_error` and ack; unknown types
+//!   go to `<queue>_skipped`; delayed redelivery through the delayed-message plugin or, without
+//!   it, TTL + dead-letter queues; see [`DelayMode`].
+//! * **Staying up**: a supervised connection re-opened with back-off; endpoints re-declare and
+//!   re-consume by themselves; graceful shutdown; [`Event`]s for every transition.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use ferrybus_core::{consumer_fn, ConsumeContext, ConsumeError, EndpointConfig, Message, MessageType, RetryPolicy};
+//! use ferrybus_rabbitmq::{naming::endpoint_name, Event, RabbitMqBus, ReceiveEndpoint};
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Debug, Serialize, Deserialize)]
+//! #[serde(rename_all = "camelCase")]
+//! struct SubmitOrder { order_id: uuid::Uuid }
+//!
+//! impl Message for SubmitOrder {
+//!     fn message_type() -> MessageType {
+//!         MessageType::parse("Shop.Contracts:SubmitOrder").unwrap()
+//!     }
+//! }
+//!
+//! struct SubmitOrderConsumer;
+//!
+//! # async fn run() -> Result<(), ferrybus_rabbitmq::RabbitMqError> {
+//! let endpoint = EndpointConfig::new(endpoint_name::<SubmitOrderConsumer>()) // "submit-order"
+//!     .concurrency(8)
+//!     .retry(RetryPolicy::intervals([Duration::from_millis(100), Duration::from_millis(500)]))
+//!     .redelivery(RetryPolicy::intervals([Duration::from_secs(5), Duration::from_secs(30)]))
+//!     .consumer(consumer_fn("SubmitOrderConsumer", |ctx: ConsumeContext<SubmitOrder>| async move {
+//!         tracing::info!(order = %ctx.message().order_id, "submitted");
+//!         Ok::<_, ConsumeError>(())
+//!     }));
+//!
+//! let bus = RabbitMqBus::builder("amqp://guest:guest@localhost:5672/%2f")
+//!     .connection_name("orders-service")
+//!     .receive_endpoint(ReceiveEndpoint::new(endpoint).quorum())
+//!     .start()
+//!     .await?;
+//!
+//! let mut events = bus.events();
+//! tokio::spawn(async move {
+//!     while let Ok(event) = events.recv().await {
+//!         if let Event::Reconnected { generation } = event {
+//!             tracing::info!(generation, "reconnected");
+//!         }
+//!     }
+//! });
+//!
+//! bus.send("queue:submit-order", &SubmitOrder { order_id: uuid::Uuid::now_v7() }).await?;
+//! bus.stop().await;
+//! # Ok(()) }
+//! ```
+
+mod backoff;
+mod bus;
+mod connection;
+mod convert;
+mod delay;
+mod endpoint;
+mod error;
+mod event;
+pub mod naming;
+mod publish;
+mod queue;
+mod request;
+mod settings;
+mod settle;
+mod topology;
+
+pub use bus::{RabbitMqBus, RabbitMqBusBuilder};
+pub use delay::DelayMode;
+pub use error::{ErrorKind, RabbitMqError, Result};
+pub use event::Event;
+pub use publish::Publisher;
+pub use queue::{QueueOptions, QueueType, ReceiveEndpoint};
+pub use request::{RequestClient, Response};
+pub use settings::HostSettings;

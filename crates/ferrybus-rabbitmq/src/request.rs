@@ -1,0 +1,294 @@
+//! Request/response (masstransit-wire §7): a [`RequestClient`] sends requests with `requestId`,
+//! `responseAddress` = the bus address, a TTL and `MT-Request-AcceptType`; responses and
+//! `Fault<TRequest>` come back on the bus's temporary queue.
+
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ferrybus_core::{Envelope, Message, SendOptions};
+use futures::StreamExt;
+use lapin::options::BasicConsumeOptions;
+use lapin::types::{AMQPValue, FieldTable};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::bus::RabbitMqBus;
+use crate::connection::{Connector, Live};
+use crate::error::{ErrorKind, RabbitMqError, Result};
+use crate::topology::{short, QueueDecl};
+
+type Pending = Arc<Mutex<HashMap<Uuid, oneshot::Sender<Envelope>>>>;
+
+/// The bus's temporary endpoint: exchange `<bus-queue>` (non-durable, auto-delete) bound to the
+/// exclusive queue `<bus-queue>` (`x-expires=60000`), as MassTransit declares it. Responses are
+/// matched to waiting requests by `requestId`; unmatched ones are discarded.
+pub(crate) struct ResponseEndpoint {
+    pending: Pending,
+    stop: CancellationToken,
+}
+
+impl ResponseEndpoint {
+    pub(crate) async fn start(connector: Arc<Connector>, queue: String) -> Result<Arc<Self>> {
+        let this = Arc::new(Self {
+            pending: Arc::default(),
+            stop: CancellationToken::new(),
+        });
+        let decl = bus_queue(&queue);
+        let live = connector.live(connector.publish_timeout()).await?;
+        let consumer = consume(&live, &decl).await?;
+        tokio::spawn(receive(
+            connector,
+            decl,
+            this.pending.clone(),
+            this.stop.clone(),
+            live,
+            consumer,
+        ));
+        Ok(this)
+    }
+
+    pub(crate) fn stop(&self) {
+        self.stop.cancel();
+    }
+
+    fn register(&self, request_id: Uuid) -> oneshot::Receiver<Envelope> {
+        let (tx, rx) = oneshot::channel();
+        self.lock().insert(request_id, tx);
+        rx
+    }
+
+    fn forget(&self, request_id: Uuid) {
+        self.lock().remove(&request_id);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, oneshot::Sender<Envelope>>> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+fn bus_queue(name: &str) -> QueueDecl {
+    let mut arguments = FieldTable::default();
+    arguments.insert("x-expires".into(), AMQPValue::LongLongInt(60_000));
+    QueueDecl {
+        name: name.to_owned(),
+        durable: false,
+        auto_delete: true,
+        exclusive: false,
+        arguments,
+    }
+}
+
+async fn consume(live: &Live, decl: &QueueDecl) -> Result<lapin::Consumer> {
+    let declare = live.declare_channel().await?;
+    live.topology.endpoint(&declare, decl, &[]).await?;
+    let channel = live.create_channel().await?;
+    let options = BasicConsumeOptions {
+        no_ack: true,
+        ..BasicConsumeOptions::default()
+    };
+    channel
+        .basic_consume(
+            short(&decl.name)?,
+            "".into(),
+            options,
+            FieldTable::default(),
+        )
+        .await
+        .map_err(|e| RabbitMqError::amqp("consuming the bus queue", e))
+}
+
+async fn receive(
+    connector: Arc<Connector>,
+    decl: QueueDecl,
+    pending: Pending,
+    stop: CancellationToken,
+    live: Arc<Live>,
+    mut consumer: lapin::Consumer,
+) {
+    // Keeps the connection generation the consumer belongs to alive.
+    let mut _live = live;
+    let mut backoff = connector.backoff();
+    loop {
+        loop {
+            let next = tokio::select! {
+                next = consumer.next() => next,
+                () = stop.cancelled() => return,
+            };
+            let Some(Ok(delivery)) = next else { break };
+            dispatch(&pending, &delivery.data);
+        }
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(backoff.next_delay()) => {}
+                () = stop.cancelled() => return,
+            }
+            let Some(next) = connector.wait_live().await else {
+                return;
+            };
+            if let Ok(c) = consume(&next, &decl).await {
+                _live = next;
+                consumer = c;
+                backoff.reset();
+                break;
+            }
+        }
+    }
+}
+
+fn dispatch(pending: &Pending, body: &[u8]) {
+    let Ok(envelope) = Envelope::from_slice(body) else {
+        tracing::warn!(target: "ferrybus::rabbitmq", "discarding an unreadable response");
+        return;
+    };
+    let waiter = envelope.request_id.and_then(|id| {
+        pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&id)
+    });
+    match waiter {
+        Some(tx) => {
+            let _ = tx.send(envelope);
+        }
+        None => {
+            tracing::debug!(target: "ferrybus::rabbitmq", request_id = ?envelope.request_id, "discarding an unmatched response")
+        }
+    }
+}
+
+/// A response: the message and its envelope.
+#[derive(Debug)]
+pub struct Response<T> {
+    /// The response message.
+    pub message: T,
+    /// Its envelope (ids, headers, host).
+    pub envelope: Envelope,
+}
+
+/// Sends requests of type `Req` and waits for responses, like MassTransit's `IRequestClient<T>`.
+///
+/// ```no_run
+/// # use ferrybus_core::{Message, MessageType};
+/// # #[derive(serde::Serialize, serde::Deserialize)] struct CheckOrder { id: u32 }
+/// # impl Message for CheckOrder { fn message_type() -> MessageType { MessageType::parse("Shop:CheckOrder").unwrap() } }
+/// # #[derive(serde::Serialize, serde::Deserialize)] struct OrderStatus { status: String }
+/// # impl Message for OrderStatus { fn message_type() -> MessageType { MessageType::parse("Shop:OrderStatus").unwrap() } }
+/// # async fn run(bus: ferrybus_rabbitmq::RabbitMqBus) -> Result<(), ferrybus_rabbitmq::RabbitMqError> {
+/// let client = bus.request_client::<CheckOrder>("queue:order-status");
+/// let response = client.get_response::<OrderStatus>(&CheckOrder { id: 7 }).await?;
+/// println!("{}", response.message.status);
+/// # Ok(()) }
+/// ```
+pub struct RequestClient<Req> {
+    bus: RabbitMqBus,
+    address: Option<String>,
+    timeout: Duration,
+    _request: PhantomData<fn(Req)>,
+}
+
+impl<Req> std::fmt::Debug for RequestClient<Req> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestClient")
+            .field("address", &self.address)
+            .field("timeout", &self.timeout)
+            .finish()
+    }
+}
+
+impl RabbitMqBus {
+    /// A client sending `Req` requests to `address`, with a 30 s timeout.
+    pub fn request_client<Req: Message>(&self, address: &str) -> RequestClient<Req> {
+        RequestClient {
+            bus: self.clone(),
+            address: Some(address.to_owned()),
+            timeout: Duration::from_secs(30),
+            _request: PhantomData,
+        }
+    }
+
+    /// A client publishing `Req` requests (to whichever endpoint consumes them).
+    pub fn publish_request_client<Req: Message>(&self) -> RequestClient<Req> {
+        RequestClient {
+            address: None,
+            ..self.request_client::<Req>("")
+        }
+    }
+
+    async fn responses(&self) -> Result<Arc<ResponseEndpoint>> {
+        let inner = &self.inner;
+        inner
+            .responses
+            .get_or_try_init(|| {
+                ResponseEndpoint::start(inner.connector.clone(), inner.bus_queue.clone())
+            })
+            .await
+            .cloned()
+    }
+}
+
+impl<Req: Message> RequestClient<Req> {
+    /// Sets the request timeout (also the request's time to live).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Sends `request` and waits for a `Res`. A `Fault<Req>` answer is an [`ErrorKind::Fault`]
+    /// error; no answer within the timeout is an [`ErrorKind::Timeout`] error.
+    pub async fn get_response<Res: Message>(&self, request: &Req) -> Result<Response<Res>> {
+        let responses = self.bus.responses().await?;
+        let request_id = Uuid::now_v7();
+        let accept = serde_json::json!([Res::message_type().urn()]);
+        let options = SendOptions::new()
+            .request_id(request_id)
+            .response_address(self.bus.address())
+            .time_to_live(self.timeout)
+            .header("MT-Request-AcceptType", accept);
+        let waiting = responses.register(request_id);
+        let sent = match &self.address {
+            Some(address) => self.bus.send_with(address, request, options).await,
+            None => self.bus.publish_with(request, options).await,
+        };
+        if let Err(error) = sent {
+            responses.forget(request_id);
+            return Err(error);
+        }
+        let envelope = match tokio::time::timeout(self.timeout, waiting).await {
+            Ok(Ok(envelope)) => envelope,
+            Ok(Err(_)) => return Err(RabbitMqError::new(ErrorKind::Stopped, "the bus stopped")),
+            Err(_) => {
+                responses.forget(request_id);
+                return Err(RabbitMqError::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "no response to request {request_id} within {:?}",
+                        self.timeout
+                    ),
+                ));
+            }
+        };
+        read_response::<Req, Res>(envelope)
+    }
+}
+
+fn read_response<Req: Message, Res: Message>(envelope: Envelope) -> Result<Response<Res>> {
+    if envelope.has_message_type(Res::message_type().urn()) {
+        let message = serde_json::from_value(envelope.message.clone()).map_err(|e| {
+            RabbitMqError::with_source(ErrorKind::Serialization, "reading the response", e)
+        })?;
+        return Ok(Response { message, envelope });
+    }
+    if envelope.has_message_type(Req::message_type().fault().urn()) {
+        let text = envelope.message["exceptions"][0]["message"]
+            .as_str()
+            .unwrap_or("the request faulted");
+        return Err(RabbitMqError::new(ErrorKind::Fault, text.to_owned()));
+    }
+    Err(RabbitMqError::new(
+        ErrorKind::Serialization,
+        format!("unexpected response type {:?}", envelope.message_type),
+    ))
+}

@@ -1,0 +1,235 @@
+//! Settling a delivery: the one place where acks, nacks and moves are decided.
+
+use ferrybus_core::{Disposition, Headers};
+use lapin::message::Delivery;
+use lapin::options::{BasicAckOptions, BasicNackOptions};
+use lapin::BasicProperties;
+
+use crate::connection::{Live, PublishTarget};
+use crate::convert::merge_headers;
+use crate::delay::{schedule, DelayMode};
+use crate::error::Result;
+use crate::event::{Event, Events};
+use crate::topology::QueueDecl;
+
+/// What a settlement needs besides the delivery: the connection the delivery came on, the
+/// endpoint's queue declaration, the delay mode and the event stream.
+pub(crate) struct SettleContext<'a> {
+    pub(crate) live: &'a Live,
+    pub(crate) queue: &'a QueueDecl,
+    pub(crate) delay_mode: DelayMode,
+    pub(crate) events: &'a Events,
+}
+
+/// What to do with the delivery once the move (if any) is done.
+enum Outcome {
+    Ack(Event),
+    Requeue,
+}
+
+/// Carries out a [`Disposition`] for `delivery`, as MassTransit's RabbitMQ transport does:
+///
+/// | disposition | first | then |
+/// |-------------|-------|------|
+/// | `Consumed` | — | `basic.ack` |
+/// | `Faulted` | publish the original body and properties to exchange `<queue>_error` (declared lazily, flags and arguments of the source queue), the fault headers added, `expiration` cleared, original routing key, mandatory, confirmed | `basic.ack` |
+/// | `Skipped` | the same to `<queue>_skipped`, `expiration` kept | `basic.ack` |
+/// | `Redeliver` | publish the rewritten body with the original properties and `MT-Redelivery-Count` through the delay exchange or TTL queue ([`DelayMode`]), confirmed | `basic.ack` |
+/// | `Abandoned` | — | `basic.nack(requeue = true)` |
+///
+/// If the move fails (broker error, no confirm) the delivery is nacked with requeue, so nothing
+/// is lost. Acks and nacks go only to the channel the delivery came on: when that channel or its
+/// connection is gone, lapin's acker is poisoned, nothing is sent, and the broker redelivers the
+/// message on its own. The `user_id` property is not copied on moves (the broker would reject it
+/// unless it names this connection's user).
+pub(crate) async fn settle(ctx: &SettleContext<'_>, delivery: &Delivery, disposition: Disposition) {
+    let queue = ctx.queue.name.clone();
+    let message_id = delivery
+        .properties
+        .message_id()
+        .as_ref()
+        .map(ToString::to_string);
+    let outcome = match disposition {
+        Disposition::Consumed => Ok(Outcome::Ack(Event::Consumed {
+            queue: queue.clone(),
+            message_id: message_id.clone(),
+        })),
+        Disposition::Faulted { headers } => move_to(ctx, delivery, "_error", &headers, false)
+            .await
+            .map(|()| {
+                Outcome::Ack(Event::Faulted {
+                    queue: queue.clone(),
+                    message_id: message_id.clone(),
+                })
+            }),
+        Disposition::Skipped { headers } => move_to(ctx, delivery, "_skipped", &headers, true)
+            .await
+            .map(|()| {
+                Outcome::Ack(Event::Skipped {
+                    queue: queue.clone(),
+                    message_id: message_id.clone(),
+                })
+            }),
+        Disposition::Redeliver {
+            delay,
+            body,
+            headers,
+        } => {
+            let properties = copy_properties(&delivery.properties, true, &headers);
+            let count = headers.get_i64("MT-Redelivery-Count").unwrap_or_default();
+            schedule(
+                ctx.live,
+                ctx.delay_mode,
+                ctx.queue,
+                delay,
+                &body,
+                properties,
+            )
+            .await
+            .map(|()| {
+                Outcome::Ack(Event::Redelivered {
+                    queue: queue.clone(),
+                    message_id: message_id.clone(),
+                    count,
+                })
+            })
+        }
+        Disposition::Abandoned => Ok(Outcome::Requeue),
+    };
+    let event = match outcome {
+        Ok(Outcome::Ack(event)) => ack(delivery).await.then_some(event),
+        Ok(Outcome::Requeue) => {
+            requeue(delivery).await;
+            None
+        }
+        Err(error) => {
+            tracing::error!(target: "ferrybus::rabbitmq", %queue, ?message_id, %error, "could not move the message; requeueing it");
+            requeue(delivery).await;
+            None
+        }
+    };
+    ctx.events
+        .emit(event.unwrap_or(Event::Returned { queue, message_id }));
+}
+
+async fn move_to(
+    ctx: &SettleContext<'_>,
+    delivery: &Delivery,
+    suffix: &str,
+    headers: &Headers,
+    keep_expiration: bool,
+) -> Result<()> {
+    let channel = ctx.live.declare_channel().await?;
+    let exchange = ctx
+        .live
+        .topology
+        .move_target(&channel, ctx.queue, suffix)
+        .await?;
+    let target = PublishTarget {
+        exchange: &exchange,
+        routing_key: delivery.routing_key.as_str(),
+        mandatory: true,
+    };
+    let properties = copy_properties(&delivery.properties, keep_expiration, headers);
+    let result = ctx.live.publish(target, &delivery.data, properties).await;
+    if result.is_err() {
+        // The queue may have been deleted behind our back: declare it again next time.
+        ctx.live.topology.forget_all();
+    }
+    result
+}
+
+/// A copy of a delivery's properties for re-publishing, with `extra` headers merged in.
+fn copy_properties(p: &BasicProperties, keep_expiration: bool, extra: &Headers) -> BasicProperties {
+    let mut headers = p.headers().clone().unwrap_or_default();
+    merge_headers(&mut headers, extra);
+    let mut out = BasicProperties::default().with_headers(headers);
+    let copy = |value: &Option<lapin::types::ShortString>| value.clone();
+    if let Some(v) = copy(p.content_type()) {
+        out = out.with_content_type(v);
+    }
+    if let Some(v) = copy(p.content_encoding()) {
+        out = out.with_content_encoding(v);
+    }
+    if let Some(v) = *p.delivery_mode() {
+        out = out.with_delivery_mode(v);
+    }
+    if let Some(v) = *p.priority() {
+        out = out.with_priority(v);
+    }
+    if let Some(v) = copy(p.correlation_id()) {
+        out = out.with_correlation_id(v);
+    }
+    if let Some(v) = copy(p.reply_to()) {
+        out = out.with_reply_to(v);
+    }
+    if let Some(v) = copy(p.expiration()).filter(|_| keep_expiration) {
+        out = out.with_expiration(v);
+    }
+    if let Some(v) = copy(p.message_id()) {
+        out = out.with_message_id(v);
+    }
+    if let Some(v) = *p.timestamp() {
+        out = out.with_timestamp(v);
+    }
+    if let Some(v) = copy(p.kind()) {
+        out = out.with_type(v);
+    }
+    if let Some(v) = copy(p.app_id()) {
+        out = out.with_app_id(v);
+    }
+    if let Some(v) = copy(p.cluster_id()) {
+        out = out.with_cluster_id(v);
+    }
+    out
+}
+
+/// Acks on the delivery's own channel; `false` if that channel is gone.
+async fn ack(delivery: &Delivery) -> bool {
+    match delivery.acker.ack(BasicAckOptions::default()).await {
+        Ok(sent) => sent,
+        Err(error) => {
+            tracing::warn!(target: "ferrybus::rabbitmq", %error, "ack failed; the broker will redeliver");
+            false
+        }
+    }
+}
+
+async fn requeue(delivery: &Delivery) {
+    let options = BasicNackOptions {
+        requeue: true,
+        ..BasicNackOptions::default()
+    };
+    if let Err(error) = delivery.acker.nack(options).await {
+        tracing::warn!(target: "ferrybus::rabbitmq", %error, "nack failed; the broker will redeliver");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lapin::types::AMQPValue;
+
+    #[test]
+    fn copies_properties_and_clears_expiration() {
+        let original = BasicProperties::default()
+            .with_message_id("m".into())
+            .with_expiration("5000".into())
+            .with_user_id("someone".into())
+            .with_delivery_mode(2);
+        let mut extra = Headers::new();
+        extra.insert("MT-Reason", "fault");
+        let copy = copy_properties(&original, false, &extra);
+        assert_eq!(copy.message_id().as_ref().map(|s| s.as_str()), Some("m"));
+        assert_eq!(copy.expiration(), &None);
+        assert_eq!(copy.user_id(), &None);
+        assert_eq!(*copy.delivery_mode(), Some(2));
+        assert_eq!(
+            copy.headers().as_ref().unwrap().inner()["MT-Reason"],
+            AMQPValue::LongString("fault".into())
+        );
+        assert!(copy_properties(&original, true, &extra)
+            .expiration()
+            .is_some());
+    }
+}
