@@ -49,3 +49,8 @@ pub use ferrybus_rabbitmq as rabbitmq;
 
 #[cfg(feature = "sea-orm")]
 pub use ferrybus_sea_orm as sea_orm;
+
+/// The README's examples, compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;
