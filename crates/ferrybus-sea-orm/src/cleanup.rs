@@ -1,0 +1,152 @@
+//! [`InboxCleanup`]: removes delivered inbox rows older than the duplicate-detection window.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use sea_orm::{ConnectionTrait, DatabaseConnection, Value};
+use tokio_util::sync::CancellationToken;
+
+use crate::background::{sleep_or_cancel, BackgroundHandle};
+use crate::config::StorageConfig;
+use crate::error::StoreError;
+use crate::sql::stmt;
+use crate::telemetry::INBOX_CLEANUP_DELETED_TOTAL;
+
+/// Settings of the [`InboxCleanup`].
+///
+/// The window must cover every way a copy of a message can still arrive: the retry chain,
+/// delayed redeliveries, the time a message may sit in an error or dead-letter queue, and any
+/// replay window. A copy arriving after its row was removed is processed again.
+///
+/// ```
+/// use std::time::Duration;
+/// use ferrybus_sea_orm::{CleanupConfig, StorageConfig};
+/// let config = CleanupConfig::new(StorageConfig::default())
+///     .window(Duration::from_secs(14 * 24 * 3600)) // a 14-day DLQ replay window
+///     .batch_size(500);
+/// assert_eq!(config.duplicate_window(), Duration::from_secs(14 * 24 * 3600));
+/// ```
+#[derive(Clone, Debug)]
+pub struct CleanupConfig {
+    storage: StorageConfig,
+    window: Duration,
+    batch_size: u64,
+    interval: Duration,
+}
+
+impl CleanupConfig {
+    /// Defaults: MassTransit's 30-minute `DuplicateDetectionWindow`, batches of 100, every 10 s.
+    pub fn new(storage: StorageConfig) -> Self {
+        Self {
+            storage,
+            window: Duration::from_secs(30 * 60),
+            batch_size: 100,
+            interval: Duration::from_secs(10),
+        }
+    }
+
+    /// How long delivered rows are kept (the duplicate-detection window).
+    pub fn window(mut self, window: Duration) -> Self {
+        self.window = window;
+        self
+    }
+
+    /// Rows deleted per statement.
+    pub fn batch_size(mut self, size: u64) -> Self {
+        self.batch_size = size.max(1);
+        self
+    }
+
+    /// The pause between runs.
+    pub fn interval(mut self, interval: Duration) -> Self {
+        self.interval = interval;
+        self
+    }
+
+    /// The duplicate-detection window.
+    pub fn duplicate_window(&self) -> Duration {
+        self.window
+    }
+}
+
+/// Deletes delivered inbox rows older than the window, in small batches, oldest first. Rows
+/// still referenced by an outbox message (a .NET pass that has not deleted them yet) and rows
+/// locked by a delivery are skipped, so one row never blocks the rest; several instances may
+/// run it at once.
+///
+/// ```no_run
+/// # async fn run(db: sea_orm::DatabaseConnection) -> Result<(), ferrybus_sea_orm::StoreError> {
+/// use ferrybus_sea_orm::{CleanupConfig, InboxCleanup, StorageConfig};
+/// let cleanup = InboxCleanup::new(db, CleanupConfig::new(StorageConfig::default()));
+/// let removed = cleanup.run_once().await?;
+/// let handle = cleanup.spawn(); // every 10 s until stopped
+/// handle.stop().await;
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct InboxCleanup {
+    db: DatabaseConnection,
+    config: CleanupConfig,
+}
+
+impl InboxCleanup {
+    /// A cleanup over `db`.
+    pub fn new(db: DatabaseConnection, config: CleanupConfig) -> Self {
+        Self { db, config }
+    }
+
+    /// Deletes one batch; returns how many rows were removed.
+    pub async fn delete_batch(&self) -> Result<u64, StoreError> {
+        let window =
+            chrono::Duration::from_std(self.config.window).unwrap_or(chrono::Duration::MAX);
+        let before = Utc::now()
+            .checked_sub_signed(window)
+            .unwrap_or(chrono::DateTime::<Utc>::MIN_UTC);
+        let limit = i64::try_from(self.config.batch_size).unwrap_or(i64::MAX);
+        let values = [
+            Value::ChronoDateTimeUtc(Some(Box::new(before))),
+            limit.into(),
+        ];
+        let result = self
+            .db
+            .execute(stmt(&self.config.storage.sql().cleanup, values))
+            .await?;
+        metrics::counter!(INBOX_CLEANUP_DELETED_TOTAL).increment(result.rows_affected());
+        Ok(result.rows_affected())
+    }
+
+    /// Deletes batches until one comes back short; returns the total removed.
+    pub async fn run_once(&self) -> Result<u64, StoreError> {
+        let mut total = 0;
+        loop {
+            let removed = self.delete_batch().await?;
+            total += removed;
+            if removed < self.config.batch_size {
+                return Ok(total);
+            }
+        }
+    }
+
+    /// Runs [`InboxCleanup::run_once`] every interval until stopped.
+    pub fn spawn(self) -> BackgroundHandle {
+        let cancel = CancellationToken::new();
+        let token = cancel.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                match self.run_once().await {
+                    Ok(0) => {}
+                    Ok(removed) => {
+                        tracing::debug!(target: "ferrybus::inbox", removed, "inbox cleanup")
+                    }
+                    Err(error) => {
+                        tracing::warn!(target: "ferrybus::inbox", %error, "inbox cleanup failed")
+                    }
+                }
+                if !sleep_or_cancel(self.config.interval, &token).await {
+                    return;
+                }
+            }
+        });
+        BackgroundHandle::new(cancel, vec![task])
+    }
+}

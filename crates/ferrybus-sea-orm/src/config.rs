@@ -1,0 +1,240 @@
+//! Where the three MassTransit tables live and how their columns are named.
+
+use std::sync::Arc;
+
+use sea_orm::{ConnectionTrait, DbBackend, Statement};
+
+use crate::error::StoreError;
+use crate::sql::Sql;
+
+/// How column (and constraint) names are spelled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum NamingStyle {
+    /// `message_id`, `consumer_id` … (EFCore.NamingConventions' `UseSnakeCaseNamingConvention`).
+    #[default]
+    SnakeCase,
+    /// `"MessageId"`, `"ConsumerId"` … (EF Core's default naming).
+    PascalCase,
+}
+
+/// The PostgreSQL type of the time columns.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum TimestampType {
+    /// `timestamp with time zone` (Npgsql ≥ 6, and what the migrator creates).
+    #[default]
+    WithTimeZone,
+    /// `timestamp without time zone` (Npgsql's legacy timestamp behaviour). Values are written
+    /// and compared as UTC wall-clock times, whatever the session time zone.
+    WithoutTimeZone,
+}
+
+/// The schema, the three table names and the naming style of MassTransit's outbox tables.
+///
+/// ```
+/// use ferrybus_sea_orm::{NamingStyle, Tables};
+/// // What `AddEntityFrameworkOutbox` creates with EF's default naming:
+/// let dotnet = Tables::dotnet_default();
+/// assert_eq!(dotnet.inbox_state(), "InboxState");
+/// assert_eq!(dotnet.naming_style(), NamingStyle::PascalCase);
+/// // A renamed, pluralised shape:
+/// let custom = Tables::new()
+///     .schema("communication")
+///     .names("InboxStates", "OutboxStates", "OutboxMessages")
+///     .naming(NamingStyle::PascalCase);
+/// assert_eq!(custom.outbox_message(), "OutboxMessages");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Tables {
+    schema: String,
+    inbox_state: String,
+    outbox_state: String,
+    outbox_message: String,
+    naming: NamingStyle,
+    timestamps: TimestampType,
+}
+
+impl Default for Tables {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Tables {
+    /// ferrybus's default: schema `messaging`, tables `inbox_state`, `outbox_state`,
+    /// `outbox_message`, snake_case columns.
+    pub fn new() -> Self {
+        Self {
+            schema: "messaging".into(),
+            inbox_state: "inbox_state".into(),
+            outbox_state: "outbox_state".into(),
+            outbox_message: "outbox_message".into(),
+            naming: NamingStyle::SnakeCase,
+            timestamps: TimestampType::WithTimeZone,
+        }
+    }
+
+    /// The shape .NET creates with EF's default naming: schema `public`, tables `"InboxState"`,
+    /// `"OutboxState"`, `"OutboxMessage"`, PascalCase columns.
+    pub fn dotnet_default() -> Self {
+        Self::new()
+            .schema("public")
+            .names("InboxState", "OutboxState", "OutboxMessage")
+            .naming(NamingStyle::PascalCase)
+    }
+
+    /// Sets the schema.
+    pub fn schema(mut self, schema: impl Into<String>) -> Self {
+        self.schema = schema.into();
+        self
+    }
+
+    /// Sets the three table names: inbox state, outbox state, outbox message.
+    pub fn names(
+        mut self,
+        inbox_state: impl Into<String>,
+        outbox_state: impl Into<String>,
+        outbox_message: impl Into<String>,
+    ) -> Self {
+        self.inbox_state = inbox_state.into();
+        self.outbox_state = outbox_state.into();
+        self.outbox_message = outbox_message.into();
+        self
+    }
+
+    /// Sets the column naming style.
+    pub fn naming(mut self, naming: NamingStyle) -> Self {
+        self.naming = naming;
+        self
+    }
+
+    /// Sets the type of the time columns (see [`StorageConfig::detect`]).
+    pub fn timestamps(mut self, timestamps: TimestampType) -> Self {
+        self.timestamps = timestamps;
+        self
+    }
+
+    /// The schema name.
+    pub fn schema_name(&self) -> &str {
+        &self.schema
+    }
+
+    /// The inbox state table name.
+    pub fn inbox_state(&self) -> &str {
+        &self.inbox_state
+    }
+
+    /// The outbox state table name.
+    pub fn outbox_state(&self) -> &str {
+        &self.outbox_state
+    }
+
+    /// The outbox message table name.
+    pub fn outbox_message(&self) -> &str {
+        &self.outbox_message
+    }
+
+    /// The column naming style.
+    pub fn naming_style(&self) -> NamingStyle {
+        self.naming
+    }
+
+    /// The time column type.
+    pub fn timestamp_type(&self) -> TimestampType {
+        self.timestamps
+    }
+}
+
+/// Storage settings shared by every component: the [`Tables`] and the `NOTIFY` channel of the
+/// bus outbox. Cheap to clone (the rendered SQL is shared).
+///
+/// ```
+/// use ferrybus_sea_orm::{StorageConfig, Tables};
+/// let config = StorageConfig::new(Tables::new().schema("messaging"))
+///     .notify_channel("orders_outbox");
+/// assert_eq!(config.tables().schema_name(), "messaging");
+/// assert_eq!(config.channel(), "orders_outbox");
+/// ```
+#[derive(Clone, Debug)]
+pub struct StorageConfig {
+    tables: Tables,
+    channel: String,
+    sql: Arc<Sql>,
+}
+
+impl Default for StorageConfig {
+    fn default() -> Self {
+        Self::new(Tables::new())
+    }
+}
+
+impl StorageConfig {
+    /// Settings for `tables`, notifying channel `ferrybus_outbox`.
+    pub fn new(tables: Tables) -> Self {
+        let sql = Arc::new(Sql::new(&tables));
+        Self {
+            tables,
+            channel: "ferrybus_outbox".into(),
+            sql,
+        }
+    }
+
+    /// Sets the `LISTEN`/`NOTIFY` channel the bus outbox signals new rows on.
+    pub fn notify_channel(mut self, channel: impl Into<String>) -> Self {
+        self.channel = channel.into();
+        self
+    }
+
+    /// The tables.
+    pub fn tables(&self) -> &Tables {
+        &self.tables
+    }
+
+    /// The `NOTIFY` channel.
+    pub fn channel(&self) -> &str {
+        &self.channel
+    }
+
+    pub(crate) fn sql(&self) -> &Sql {
+        &self.sql
+    }
+
+    /// Reads the type of the inbox `Received` column and returns the settings with the matching
+    /// [`TimestampType`], for tables a .NET service created with Npgsql's legacy timestamps.
+    ///
+    /// ```no_run
+    /// # async fn run(db: sea_orm::DatabaseConnection) -> Result<(), ferrybus_sea_orm::StoreError> {
+    /// use ferrybus_sea_orm::{StorageConfig, Tables};
+    /// let config = StorageConfig::new(Tables::dotnet_default()).detect(&db).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn detect(self, db: &impl ConnectionTrait) -> Result<Self, StoreError> {
+        let column = match self.tables.naming {
+            NamingStyle::SnakeCase => "received",
+            NamingStyle::PascalCase => "Received",
+        };
+        let stmt = Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "SELECT data_type::text AS data_type FROM information_schema.columns \
+             WHERE table_schema = $1 AND table_name = $2 AND column_name = $3",
+            [
+                self.tables.schema.clone().into(),
+                self.tables.inbox_state.clone().into(),
+                column.into(),
+            ],
+        );
+        let row = db.query_one(stmt).await.map_err(StoreError::database)?;
+        let Some(row) = row else {
+            return Err(StoreError::config(format!(
+                "column {column} of {}.{} not found",
+                self.tables.schema, self.tables.inbox_state
+            )));
+        };
+        let data_type: String = row.try_get("", "data_type").map_err(StoreError::database)?;
+        let timestamps = if data_type == "timestamp without time zone" {
+            TimestampType::WithoutTimeZone
+        } else {
+            TimestampType::WithTimeZone
+        };
+        Ok(Self::new(self.tables.timestamps(timestamps)).notify_channel(self.channel))
+    }
+}

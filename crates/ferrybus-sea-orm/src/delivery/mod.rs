@@ -1,0 +1,253 @@
+//! [`OutboxDeliveryService`]: sends bus-outbox rows after commit, in every instance.
+
+mod backoff;
+mod batch;
+mod listener;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ferrybus_core::SharedSink;
+use sea_orm::DatabaseConnection;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::background::{sleep_or_cancel, BackgroundHandle};
+use crate::config::StorageConfig;
+use crate::error::StoreError;
+use crate::sweeper;
+
+use backoff::Backoff;
+
+/// Settings of the [`OutboxDeliveryService`].
+///
+/// ```
+/// use std::time::Duration;
+/// use ferrybus_sea_orm::{DeliveryConfig, StorageConfig};
+/// let config = DeliveryConfig::new(StorageConfig::default())
+///     .poll_interval(Duration::from_millis(500))
+///     .workers(2)
+///     .retry_backoff(Duration::from_millis(100), Duration::from_secs(30))
+///     .sweep_after(Some(Duration::from_secs(600)));
+/// assert_eq!(config.worker_count(), 2);
+/// ```
+#[derive(Clone, Debug)]
+pub struct DeliveryConfig {
+    pub(crate) storage: StorageConfig,
+    pub(crate) poll_interval: Duration,
+    pub(crate) workers: usize,
+    pub(crate) outboxes_per_claim: u64,
+    pub(crate) messages_per_outbox: u64,
+    pub(crate) pipelined: bool,
+    pub(crate) backoff_initial: Duration,
+    pub(crate) backoff_max: Duration,
+    pub(crate) sweep_after: Option<Duration>,
+    pub(crate) sweep_interval: Duration,
+    pub(crate) sweep_batch: u64,
+}
+
+impl DeliveryConfig {
+    /// Defaults: poll every 1 s (besides `LISTEN`), 4 workers, 16 outboxes per claim, 100
+    /// messages per outbox and pass, sequential sends, back-off 1 s doubling to 60 s, and a
+    /// sweeper for consumer-outbox rows stranded for 5 minutes (checked every 30 s).
+    pub fn new(storage: StorageConfig) -> Self {
+        Self {
+            storage,
+            poll_interval: Duration::from_secs(1),
+            workers: 4,
+            outboxes_per_claim: 16,
+            messages_per_outbox: 100,
+            pipelined: false,
+            backoff_initial: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(60),
+            sweep_after: Some(Duration::from_secs(300)),
+            sweep_interval: Duration::from_secs(30),
+            sweep_batch: 32,
+        }
+    }
+
+    /// How often to look for rows when no notification arrives.
+    pub fn poll_interval(mut self, interval: Duration) -> Self {
+        self.poll_interval = interval;
+        self
+    }
+
+    /// How many workers claim outboxes concurrently (each uses one connection while sending).
+    pub fn workers(mut self, workers: usize) -> Self {
+        self.workers = workers.max(1);
+        self
+    }
+
+    /// How many outboxes one worker claims per transaction.
+    pub fn outboxes_per_claim(mut self, count: u64) -> Self {
+        self.outboxes_per_claim = count.max(1);
+        self
+    }
+
+    /// How many messages of one outbox are sent per pass.
+    pub fn messages_per_outbox(mut self, count: u64) -> Self {
+        self.messages_per_outbox = count.max(1);
+        self
+    }
+
+    /// Starts every send of an outbox's pass in order and awaits the confirms together. Only
+    /// for sinks that keep publish order (one RabbitMQ channel does). After a failure, later
+    /// messages of that outbox may have gone out before it: they are sent again.
+    pub fn pipelined(mut self, enabled: bool) -> Self {
+        self.pipelined = enabled;
+        self
+    }
+
+    /// The back-off of an outbox whose send failed: `initial`, doubling up to `max`.
+    pub fn retry_backoff(mut self, initial: Duration, max: Duration) -> Self {
+        self.backoff_initial = initial;
+        self.backoff_max = max.max(initial);
+        self
+    }
+
+    /// Deliver consumer-outbox rows whose inbox row was consumed this long ago and is still not
+    /// delivered (the inbound message went to the error queue); `None` turns the sweeper off.
+    pub fn sweep_after(mut self, age: Option<Duration>) -> Self {
+        self.sweep_after = age;
+        self
+    }
+
+    /// How often the sweeper looks.
+    pub fn sweep_interval(mut self, interval: Duration) -> Self {
+        self.sweep_interval = interval;
+        self
+    }
+
+    /// The number of workers.
+    pub fn worker_count(&self) -> usize {
+        self.workers
+    }
+
+    /// The storage settings.
+    pub fn storage(&self) -> &StorageConfig {
+        &self.storage
+    }
+}
+
+/// Delivers bus-outbox rows (ferrybus's and .NET's) through a sink, typically the broker
+/// transport. Run one in every instance: workers claim outboxes with `FOR UPDATE SKIP LOCKED`,
+/// so instances share the work; `LISTEN`/`NOTIFY` wakes them right after a commit anywhere.
+///
+/// ```no_run
+/// # async fn run(db: sea_orm::DatabaseConnection, sink: ferrybus_core::SharedSink) {
+/// use ferrybus_sea_orm::{DeliveryConfig, OutboxDeliveryService, StorageConfig};
+/// let handle = OutboxDeliveryService::new(db, sink, DeliveryConfig::new(StorageConfig::default())).spawn();
+/// // ... on shutdown:
+/// handle.stop().await;
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct OutboxDeliveryService {
+    pub(crate) db: DatabaseConnection,
+    pub(crate) sink: SharedSink,
+    pub(crate) config: DeliveryConfig,
+    pub(crate) backoff: Arc<Backoff>,
+}
+
+impl std::fmt::Debug for OutboxDeliveryService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OutboxDeliveryService")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl OutboxDeliveryService {
+    /// A service sending through `sink`.
+    pub fn new(db: DatabaseConnection, sink: SharedSink, config: DeliveryConfig) -> Self {
+        let backoff = Arc::new(Backoff::new(config.backoff_initial, config.backoff_max));
+        Self {
+            db,
+            sink,
+            config,
+            backoff,
+        }
+    }
+
+    /// Starts the listener, the workers and the sweeper.
+    pub fn spawn(self) -> BackgroundHandle {
+        let cancel = CancellationToken::new();
+        let (wake, _) = watch::channel(0u64);
+        let mut tasks = Vec::new();
+        let pool = self.db.get_postgres_connection_pool().clone();
+        let channel = self.config.storage.channel().to_owned();
+        tasks.push(tokio::spawn(listener::listen(
+            pool,
+            channel,
+            wake.clone(),
+            cancel.clone(),
+        )));
+        for _ in 0..self.config.workers {
+            tasks.push(tokio::spawn(
+                self.clone().work(wake.subscribe(), cancel.clone()),
+            ));
+        }
+        if self.config.sweep_after.is_some() {
+            tasks.push(tokio::spawn(self.clone().sweep_loop(cancel.clone())));
+        }
+        BackgroundHandle::new(cancel, tasks)
+    }
+
+    /// One pass: claims up to `outboxes_per_claim` outboxes and sends them. Returns how many
+    /// messages were sent.
+    pub async fn deliver_once(&self) -> Result<usize, StoreError> {
+        self.deliver_batch().await.map(|o| o.sent)
+    }
+
+    /// One sweep: delivers stranded consumer-outbox rows (see
+    /// [`DeliveryConfig::sweep_after`]); `age` overrides the configured age. Returns how many
+    /// inbox entries were completed.
+    pub async fn sweep_once(&self, age: Option<std::time::Duration>) -> Result<usize, StoreError> {
+        let age = age
+            .or(self.config.sweep_after)
+            .unwrap_or(Duration::from_secs(300));
+        sweeper::sweep(
+            &self.db,
+            self.config.storage.sql(),
+            &self.sink,
+            age,
+            self.config.sweep_batch,
+        )
+        .await
+    }
+
+    async fn work(self, mut wake: watch::Receiver<u64>, cancel: CancellationToken) {
+        let mut error_delay = self.config.backoff_initial;
+        while !cancel.is_cancelled() {
+            wake.borrow_and_update();
+            match self.deliver_batch().await {
+                Ok(outcome) if outcome.claimed > 0 && outcome.failed < outcome.claimed => {}
+                Ok(outcome) if outcome.claimed > 0 => {
+                    sleep_or_cancel(self.config.backoff_initial, &cancel).await;
+                }
+                Ok(_) => {
+                    tokio::select! {
+                        _ = cancel.cancelled() => {}
+                        _ = wake.changed() => {}
+                        _ = tokio::time::sleep(self.config.poll_interval) => {}
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(target: "ferrybus::outbox", %error, "outbox delivery pass failed");
+                    sleep_or_cancel(error_delay, &cancel).await;
+                    error_delay = (error_delay * 2).min(self.config.backoff_max);
+                    continue;
+                }
+            }
+            error_delay = self.config.backoff_initial;
+        }
+    }
+
+    async fn sweep_loop(self, cancel: CancellationToken) {
+        while sleep_or_cancel(self.config.sweep_interval, &cancel).await {
+            if let Err(error) = self.sweep_once(None).await {
+                tracing::warn!(target: "ferrybus::outbox", %error, "outbox sweep failed");
+            }
+        }
+    }
+}

@@ -1,0 +1,79 @@
+//! How a consumer reaches the inbox transaction: [`TransactionExt`].
+
+use std::sync::Arc;
+
+use ferrybus_core::{ConsumeContext, ConsumeRequest, Message};
+use sea_orm::DatabaseTransaction;
+
+/// The open inbox transaction, put into the request extensions by the
+/// [`InboxLayer`](crate::InboxLayer). Read it with [`TransactionExt`].
+#[derive(Clone, Debug)]
+pub struct InboxTransaction(pub(crate) Arc<DatabaseTransaction>);
+
+impl InboxTransaction {
+    /// The transaction.
+    pub fn get(&self) -> &DatabaseTransaction {
+        &self.0
+    }
+}
+
+/// Gives consumers the inbox's open transaction: their writes commit together with the inbox
+/// row and the messages they publish, or roll back together.
+///
+/// Use it only while the consumer runs: do not clone the [`InboxTransaction`] out of the
+/// context or move it into a spawned task. The layer takes the transaction back when the
+/// consumer returns, and fails the delivery if someone still holds it.
+///
+/// ```no_run
+/// use ferrybus_core::{ConsumeContext, ConsumeError};
+/// use ferrybus_sea_orm::TransactionExt;
+/// use sea_orm::{ConnectionTrait, Statement, DbBackend};
+/// # use serde::{Deserialize, Serialize};
+/// # #[derive(Serialize, Deserialize)] struct OrderPlaced { order_id: uuid::Uuid }
+/// # impl ferrybus_core::Message for OrderPlaced {
+/// #     fn message_type() -> ferrybus_core::MessageType { ferrybus_core::MessageType::parse("Ns:OrderPlaced").unwrap() }
+/// # }
+///
+/// async fn invoice(ctx: ConsumeContext<OrderPlaced>) -> Result<(), ConsumeError> {
+///     ctx.db()
+///         .execute(Statement::from_sql_and_values(
+///             DbBackend::Postgres,
+///             "INSERT INTO invoices (order_id) VALUES ($1)",
+///             [ctx.message().order_id.into()],
+///         ))
+///         .await?;
+///     Ok(())
+/// }
+/// ```
+pub trait TransactionExt {
+    /// The inbox transaction, if an [`InboxLayer`](crate::InboxLayer) runs this consumer.
+    fn try_transaction(&self) -> Option<&DatabaseTransaction>;
+
+    /// The inbox transaction.
+    ///
+    /// # Panics
+    /// When no [`InboxLayer`](crate::InboxLayer) is installed on the endpoint.
+    fn transaction(&self) -> &DatabaseTransaction {
+        self.try_transaction()
+            .expect("no inbox transaction: add ferrybus_sea_orm::InboxLayer to the endpoint")
+    }
+
+    /// The inbox transaction (short name of [`TransactionExt::transaction`]).
+    fn db(&self) -> &DatabaseTransaction {
+        self.transaction()
+    }
+}
+
+impl TransactionExt for ConsumeRequest {
+    fn try_transaction(&self) -> Option<&DatabaseTransaction> {
+        self.extensions()
+            .get::<InboxTransaction>()
+            .map(InboxTransaction::get)
+    }
+}
+
+impl<M: Message> TransactionExt for ConsumeContext<M> {
+    fn try_transaction(&self) -> Option<&DatabaseTransaction> {
+        self.request().try_transaction()
+    }
+}

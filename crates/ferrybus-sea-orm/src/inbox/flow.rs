@@ -1,0 +1,295 @@
+//! The per-delivery algorithm of the inbox (see the module docs for the diagram).
+
+use std::sync::Arc;
+
+use chrono::Utc;
+use ferrybus_core::{ConsumeError, ConsumeRequest, OutgoingMessage, SharedSink};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction};
+use tower::{Service, ServiceExt};
+use tracing::Instrument;
+use uuid::Uuid;
+
+use crate::consumer_outbox::{self, InboxKey, RowState};
+use crate::error::{StoreError, StoreErrorKind};
+use crate::inbox::context::InboxTransaction;
+use crate::inbox::layer::Shared;
+use crate::inbox::sink::CaptureSink;
+use crate::sql::{begin_read_committed, stmt, Sql, StoredRow};
+use crate::telemetry::{
+    timed, INBOX_DUPLICATES_TOTAL, INBOX_RECOVERED_TOTAL, INBOX_STAGE_SECONDS as STAGE,
+};
+
+/// What the inbox row says to do with this delivery.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Claim {
+    /// Not consumed yet: run the consumer.
+    Run,
+    /// Consumed, not delivered: send what is left from `after` on, then finish.
+    Recover { after: Option<i64> },
+    /// Consumed and delivered: a duplicate.
+    Duplicate,
+}
+
+pub(super) async fn handle<S>(
+    shared: Arc<Shared>,
+    inner: S,
+    request: ConsumeRequest,
+) -> Result<(), ConsumeError>
+where
+    S: Service<ConsumeRequest, Response = (), Error = ConsumeError> + Send,
+    S::Future: Send,
+{
+    let Some(message_id) = request.received().original_message_id() else {
+        let error = StoreError::new(
+            StoreErrorKind::MissingMessageId,
+            "the inbox needs a message id",
+        );
+        return Err(error.into_consume_error().into_permanent());
+    };
+    let key = InboxKey {
+        message_id,
+        consumer_id: shared.config.resolve_consumer_id(request.consumer()),
+    };
+    let span = tracing::info_span!(
+        target: "ferrybus::inbox",
+        "inbox",
+        %message_id,
+        consumer_id = %key.consumer_id,
+        consumer = request.consumer().name(),
+    );
+    run(shared, inner, request, key).instrument(span).await
+}
+
+async fn run<S>(
+    shared: Arc<Shared>,
+    inner: S,
+    request: ConsumeRequest,
+    key: InboxKey,
+) -> Result<(), ConsumeError>
+where
+    S: Service<ConsumeRequest, Response = (), Error = ConsumeError> + Send,
+    S::Future: Send,
+{
+    let sql = shared.config.storage().sql();
+    let txn = timed(STAGE, "begin", begin_read_committed(&shared.db))
+        .await
+        .map_err(StoreError::into_consume_error)?;
+    let claim = match timed(STAGE, "claim", claim(&txn, sql, key)).await {
+        Ok(claim) => claim,
+        Err(error) => return Err(rollback(txn, error).await),
+    };
+    match claim {
+        Claim::Run => consume(&shared, inner, request, key, txn).await,
+        Claim::Duplicate => duplicate(&request, key, txn).await,
+        Claim::Recover { after } => {
+            let sink = request.sink().clone();
+            recover(sql, &sink, key, after, txn)
+                .await
+                .map_err(StoreError::into_consume_error)
+        }
+    }
+}
+
+async fn rollback(txn: DatabaseTransaction, error: StoreError) -> ConsumeError {
+    if let Err(e) = txn.rollback().await {
+        tracing::warn!(target: "ferrybus::inbox", error = %e, "rollback failed");
+    }
+    error.into_consume_error()
+}
+
+/// Inserts the inbox row, or locks the existing one (a concurrent first copy makes this wait
+/// on the unique index until it commits or rolls back).
+async fn claim(txn: &DatabaseTransaction, sql: &Sql, key: InboxKey) -> Result<Claim, StoreError> {
+    for _ in 0..3 {
+        let lock_id = Uuid::new_v4();
+        let now = sea_orm::Value::ChronoDateTimeUtc(Some(Box::new(Utc::now())));
+        let insert = [
+            key.message_id.into(),
+            key.consumer_id.into(),
+            lock_id.into(),
+            now,
+        ];
+        if txn
+            .execute(stmt(&sql.inbox_insert, insert))
+            .await?
+            .rows_affected()
+            == 1
+        {
+            return Ok(Claim::Run);
+        }
+        let relock = [
+            key.message_id.into(),
+            key.consumer_id.into(),
+            lock_id.into(),
+        ];
+        if let Some(row) = txn.query_one(stmt(&sql.inbox_relock, relock)).await? {
+            let state = RowState::read(&row)?;
+            return Ok(match (state.consumed, state.delivered) {
+                (false, _) => Claim::Run,
+                (true, false) => Claim::Recover {
+                    after: state.last_sequence_number,
+                },
+                (true, true) => Claim::Duplicate,
+            });
+        }
+        // The row was deleted between the two statements (cleanup): insert again.
+    }
+    Err(StoreError::new(
+        StoreErrorKind::Database,
+        "the inbox row kept disappearing",
+    ))
+}
+
+async fn duplicate(
+    request: &ConsumeRequest,
+    key: InboxKey,
+    txn: DatabaseTransaction,
+) -> Result<(), ConsumeError> {
+    txn.commit()
+        .await
+        .map_err(|e| StoreError::database(e).into_consume_error())?;
+    tracing::info!(
+        target: "ferrybus::inbox",
+        message_id = %key.message_id,
+        consumer_id = %key.consumer_id,
+        consumer = request.consumer().name(),
+        "duplicate message acknowledged without running the consumer"
+    );
+    let consumer = request.consumer().name().to_owned();
+    metrics::counter!(INBOX_DUPLICATES_TOTAL, "consumer" => consumer).increment(1);
+    Ok(())
+}
+
+/// Runs the consumer in the transaction, writes its messages, commits, then delivers them.
+async fn consume<S>(
+    shared: &Shared,
+    mut inner: S,
+    mut request: ConsumeRequest,
+    key: InboxKey,
+    txn: DatabaseTransaction,
+) -> Result<(), ConsumeError>
+where
+    S: Service<ConsumeRequest, Response = (), Error = ConsumeError> + Send,
+    S::Future: Send,
+{
+    let sql = shared.config.storage().sql();
+    let transport = request.sink().clone();
+    let capture = CaptureSink::new();
+    request.set_sink(Arc::new(capture.clone()));
+    let txn = Arc::new(txn);
+    request
+        .extensions_mut()
+        .insert(InboxTransaction(txn.clone()));
+    let result = timed(STAGE, "consume", async move {
+        inner.ready().await?.call(request).await
+    })
+    .await;
+    let messages = capture.take();
+    let Ok(txn) = Arc::try_unwrap(txn) else {
+        let error = StoreError::new(
+            StoreErrorKind::TransactionHeld,
+            "the consumer kept the inbox transaction",
+        );
+        return Err(error.into_consume_error());
+    };
+    if let Err(error) = result {
+        let _ = txn.rollback().await;
+        return Err(error);
+    }
+    let seqs = match timed(STAGE, "outbox_write", write(&txn, sql, key, &messages)).await {
+        Ok(seqs) => seqs,
+        Err(error) => return Err(rollback(txn, error).await),
+    };
+    timed(STAGE, "commit", txn.commit())
+        .await
+        .map_err(|e| StoreError::database(e).into_consume_error())?;
+    if messages.is_empty() {
+        return Ok(());
+    }
+    let rows = seqs
+        .into_iter()
+        .zip(messages)
+        .map(|(seq, message)| StoredRow {
+            seq,
+            outbox_id: None,
+            message: Some(message),
+        })
+        .collect();
+    timed(
+        STAGE,
+        "deliver",
+        deliver_after_commit(&shared.db, sql, &transport, key, rows),
+    )
+    .await
+    .map_err(StoreError::into_consume_error)
+}
+
+/// Writes the outbox rows (one statement) and marks the inbox row consumed (and delivered
+/// when nothing was published).
+async fn write(
+    txn: &DatabaseTransaction,
+    sql: &Sql,
+    key: InboxKey,
+    messages: &[OutgoingMessage],
+) -> Result<Vec<i64>, StoreError> {
+    let seqs = if messages.is_empty() {
+        Vec::new()
+    } else {
+        consumer_outbox::insert(txn, sql, key, messages).await?
+    };
+    let statement = if messages.is_empty() {
+        &sql.inbox_consumed_delivered
+    } else {
+        &sql.inbox_consumed
+    };
+    let now = sea_orm::Value::ChronoDateTimeUtc(Some(Box::new(Utc::now())));
+    txn.execute(stmt(
+        statement,
+        [key.message_id.into(), key.consumer_id.into(), now],
+    ))
+    .await?;
+    Ok(seqs)
+}
+
+/// Sends the committed rows under the inbox row lock, so a concurrent copy of the message
+/// either waits for this to finish or (having taken the lock first) delivers them itself.
+async fn deliver_after_commit(
+    db: &DatabaseConnection,
+    sql: &Sql,
+    sink: &SharedSink,
+    key: InboxKey,
+    rows: Vec<StoredRow>,
+) -> Result<(), StoreError> {
+    let txn = begin_read_committed(db).await?;
+    let state = consumer_outbox::lock(&txn, sql, key).await?;
+    let Some(state) = state.filter(|s| !s.delivered) else {
+        txn.commit().await?;
+        return Ok(());
+    };
+    let after = state.last_sequence_number.unwrap_or(0);
+    let rows = rows.into_iter().filter(|r| r.seq > after).collect();
+    let result = consumer_outbox::deliver(&txn, sql, sink, key, rows, "consumer").await;
+    txn.commit().await?;
+    result.map(drop)
+}
+
+/// A consumed but undelivered entry (an earlier attempt crashed or failed to send): send the
+/// rest without running the consumer again.
+async fn recover(
+    sql: &Sql,
+    sink: &SharedSink,
+    key: InboxKey,
+    after: Option<i64>,
+    txn: DatabaseTransaction,
+) -> Result<(), StoreError> {
+    let rows = consumer_outbox::load(&txn, sql, key, after).await?;
+    tracing::info!(
+        target: "ferrybus::inbox",
+        pending = rows.len(),
+        "message already consumed; delivering its remaining outbox messages"
+    );
+    metrics::counter!(INBOX_RECOVERED_TOTAL).increment(1);
+    let result = consumer_outbox::deliver(&txn, sql, sink, key, rows, "consumer").await;
+    txn.commit().await?;
+    result.map(drop)
+}

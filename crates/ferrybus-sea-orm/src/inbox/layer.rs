@@ -1,0 +1,49 @@
+//! [`InboxLayer`]: adds the inbox and consumer outbox to an endpoint.
+
+use std::sync::Arc;
+
+use sea_orm::DatabaseConnection;
+use tower::Layer;
+
+use crate::inbox::{Inbox, InboxConfig};
+
+/// The inbox + consumer outbox as a tower layer. Add it with `EndpointConfig::layer`; put it
+/// inside retry (retry is always outermost), so each attempt gets a new transaction.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// use ferrybus_core::{EndpointConfig, RetryPolicy};
+/// use ferrybus_sea_orm::{InboxConfig, InboxLayer, StorageConfig, Tables};
+/// let db = sea_orm::Database::connect("postgres://postgres@localhost/app").await?;
+/// let endpoint = EndpointConfig::new("billing-invoice")
+///     .retry(RetryPolicy::immediate(3))
+///     .layer(InboxLayer::new(db, InboxConfig::new(StorageConfig::new(Tables::new()))));
+/// # let _ = endpoint; Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct InboxLayer {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) db: DatabaseConnection,
+    pub(crate) config: InboxConfig,
+}
+
+impl InboxLayer {
+    /// An inbox using connections from `db` (one per message being consumed).
+    pub fn new(db: DatabaseConnection, config: InboxConfig) -> Self {
+        Self {
+            shared: Arc::new(Shared { db, config }),
+        }
+    }
+}
+
+impl<S> Layer<S> for InboxLayer {
+    type Service = Inbox<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Inbox::from_shared(inner, self.shared.clone())
+    }
+}

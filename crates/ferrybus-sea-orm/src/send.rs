@@ -1,0 +1,88 @@
+//! Sending outbox rows through a sink, in sequence order.
+
+use ferrybus_core::{BoxError, SharedSink};
+use futures::future::join_all;
+
+use crate::sql::StoredRow;
+use crate::telemetry::{OUTBOX_SEND_FAILURES_TOTAL, OUTBOX_SENT_TOTAL};
+
+/// What sending a run of rows achieved.
+#[derive(Debug, Default)]
+pub(crate) struct SendOutcome {
+    /// The highest sequence number processed without a failure before it (sent, or skipped for
+    /// having no destination).
+    pub(crate) processed_upto: Option<i64>,
+    /// How many messages were sent.
+    pub(crate) sent: usize,
+    /// The first failure; rows from it on were not (reliably) sent.
+    pub(crate) error: Option<BoxError>,
+}
+
+/// Sends `rows` (sorted by sequence number) through `sink`. In order, awaiting each
+/// confirmation; or, `pipelined`, starting every send in order and awaiting them together (only
+/// for transports that keep publish order, as one RabbitMQ channel does).
+pub(crate) async fn send_in_order(
+    sink: &SharedSink,
+    rows: Vec<StoredRow>,
+    pipelined: bool,
+    source: &'static str,
+) -> SendOutcome {
+    let mut outcome = SendOutcome::default();
+    if pipelined {
+        let seqs: Vec<(i64, bool)> = rows.iter().map(|r| (r.seq, r.message.is_some())).collect();
+        let results = join_all(rows.into_iter().map(|row| send_row(sink, row))).await;
+        for ((seq, has_message), result) in seqs.into_iter().zip(results) {
+            if !record(&mut outcome, seq, has_message, result, source) {
+                break;
+            }
+        }
+    } else {
+        for row in rows {
+            let (seq, has_message) = (row.seq, row.message.is_some());
+            let result = send_row(sink, row).await;
+            if !record(&mut outcome, seq, has_message, result, source) {
+                break;
+            }
+        }
+    }
+    outcome
+}
+
+async fn send_row(sink: &SharedSink, row: StoredRow) -> Result<(), BoxError> {
+    match row.message {
+        Some(message) => sink.deliver(message).await,
+        None => {
+            tracing::warn!(
+                target: "ferrybus::outbox",
+                sequence_number = row.seq,
+                "outbox message has no destination address; skipping it"
+            );
+            Ok(())
+        }
+    }
+}
+
+/// Records one result; false once a send failed (stop there).
+fn record(
+    outcome: &mut SendOutcome,
+    seq: i64,
+    has_message: bool,
+    result: Result<(), BoxError>,
+    source: &'static str,
+) -> bool {
+    match result {
+        Ok(()) => {
+            outcome.processed_upto = Some(seq);
+            if has_message {
+                outcome.sent += 1;
+                metrics::counter!(OUTBOX_SENT_TOTAL, "source" => source).increment(1);
+            }
+            true
+        }
+        Err(error) => {
+            metrics::counter!(OUTBOX_SEND_FAILURES_TOTAL, "source" => source).increment(1);
+            outcome.error = Some(error);
+            false
+        }
+    }
+}

@@ -1,0 +1,59 @@
+//! The sweeper: delivers consumer-outbox rows whose inbound message will not come back (it went
+//! to the error queue after the consumer committed but before its messages were sent).
+
+use std::time::Duration;
+
+use chrono::Utc;
+use ferrybus_core::SharedSink;
+use sea_orm::{ConnectionTrait, DatabaseConnection, Value};
+
+use crate::consumer_outbox::{self, InboxKey};
+use crate::error::StoreError;
+use crate::sql::{begin_read_committed, stmt, Sql};
+
+/// Claims up to `batch` inbox rows consumed more than `age` ago and not delivered (skipping rows
+/// a delivery holds), sends their remaining messages, marks them delivered and deletes the
+/// rows, in one transaction. Returns how many entries were completed.
+pub(crate) async fn sweep(
+    db: &DatabaseConnection,
+    sql: &Sql,
+    sink: &SharedSink,
+    age: Duration,
+    batch: u64,
+) -> Result<usize, StoreError> {
+    let before = Utc::now() - chrono::Duration::from_std(age).unwrap_or(chrono::Duration::zero());
+    let limit = i64::try_from(batch).unwrap_or(i64::MAX);
+    let txn = begin_read_committed(db).await?;
+    let values = [
+        Value::ChronoDateTimeUtc(Some(Box::new(before))),
+        limit.into(),
+    ];
+    let claimed = txn.query_all(stmt(&sql.sweep_claim, values)).await?;
+    let mut completed = 0;
+    for row in &claimed {
+        let key = InboxKey {
+            message_id: row.try_get("", "message_id")?,
+            consumer_id: row.try_get("", "consumer_id")?,
+        };
+        let after: Option<i64> = row.try_get("", "last_sequence_number")?;
+        let rows = consumer_outbox::load(&txn, sql, key, after).await?;
+        match consumer_outbox::deliver(&txn, sql, sink, key, rows, "sweeper").await {
+            Ok(sent) => {
+                completed += 1;
+                tracing::info!(
+                    target: "ferrybus::outbox",
+                    message_id = %key.message_id,
+                    consumer_id = %key.consumer_id,
+                    sent,
+                    "delivered stranded consumer-outbox messages"
+                );
+            }
+            Err(error) => {
+                tracing::warn!(target: "ferrybus::outbox", %error, "sweeping a consumer outbox failed");
+                break;
+            }
+        }
+    }
+    txn.commit().await?;
+    Ok(completed)
+}

@@ -1,0 +1,34 @@
+//! Metric names and per-stage timing (tracing spans + `metrics` histograms).
+
+use std::future::Future;
+use std::time::Instant;
+
+use tracing::Instrument;
+
+/// Histogram of inbox stage durations, label `stage`.
+pub const INBOX_STAGE_SECONDS: &str = "ferrybus_inbox_stage_seconds";
+/// Counter of duplicates the inbox acknowledged without running the consumer, label `consumer`.
+pub const INBOX_DUPLICATES_TOTAL: &str = "ferrybus_inbox_duplicates_total";
+/// Counter of deliveries that completed an earlier attempt's outbox (crash recovery).
+pub const INBOX_RECOVERED_TOTAL: &str = "ferrybus_inbox_recovered_total";
+/// Histogram of bus-outbox delivery stage durations, label `stage`.
+pub const OUTBOX_STAGE_SECONDS: &str = "ferrybus_outbox_stage_seconds";
+/// Counter of messages sent from outbox tables, label `source` (`bus`, `consumer`, `sweeper`).
+pub const OUTBOX_SENT_TOTAL: &str = "ferrybus_outbox_sent_total";
+/// Counter of failed sends from outbox tables, label `source`.
+pub const OUTBOX_SEND_FAILURES_TOTAL: &str = "ferrybus_outbox_send_failures_total";
+/// Counter of inbox rows removed by the cleanup.
+pub const INBOX_CLEANUP_DELETED_TOTAL: &str = "ferrybus_inbox_cleanup_deleted_total";
+
+/// Runs `fut` inside a span named after the stage and records its duration in `histogram`.
+pub(crate) async fn timed<F: Future>(
+    histogram: &'static str,
+    stage: &'static str,
+    fut: F,
+) -> F::Output {
+    let start = Instant::now();
+    let span = tracing::debug_span!(target: "ferrybus::stage", "stage", stage);
+    let output = fut.instrument(span).await;
+    metrics::histogram!(histogram, "stage" => stage).record(start.elapsed().as_secs_f64());
+    output
+}

@@ -1,0 +1,52 @@
+//! Helpers for tests of applications that use the bus outbox.
+
+use std::time::{Duration, Instant};
+
+use sea_orm::ConnectionTrait;
+
+use crate::config::StorageConfig;
+use crate::error::{StoreError, StoreErrorKind};
+use crate::sql::stmt;
+
+/// How many bus-outbox rows (states and messages) are waiting.
+pub async fn pending_bus_outbox(
+    db: &impl ConnectionTrait,
+    config: &StorageConfig,
+) -> Result<i64, StoreError> {
+    let row = db
+        .query_one(stmt(&config.sql().pending_bus_outbox, []))
+        .await?
+        .ok_or_else(|| StoreError::new(StoreErrorKind::Database, "count returned no row"))?;
+    Ok(row.try_get("", "pending")?)
+}
+
+/// Waits until the bus outbox is empty (every committed message delivered), polling every
+/// 20 ms; fails with [`StoreErrorKind::Timeout`] after `timeout`. Replaces sleeps in tests.
+///
+/// ```no_run
+/// # async fn run(db: sea_orm::DatabaseConnection) -> Result<(), ferrybus_sea_orm::StoreError> {
+/// use std::time::Duration;
+/// use ferrybus_sea_orm::{testing::wait_until_outbox_drained, StorageConfig};
+/// wait_until_outbox_drained(&db, &StorageConfig::default(), Duration::from_secs(5)).await?;
+/// # Ok(()) }
+/// ```
+pub async fn wait_until_outbox_drained(
+    db: &impl ConnectionTrait,
+    config: &StorageConfig,
+    timeout: Duration,
+) -> Result<(), StoreError> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let pending = pending_bus_outbox(db, config).await?;
+        if pending == 0 {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(StoreError::new(
+                StoreErrorKind::Timeout,
+                format!("{pending} outbox rows still pending after {timeout:?}"),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}

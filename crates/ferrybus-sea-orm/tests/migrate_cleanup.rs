@@ -1,0 +1,236 @@
+//! The migrator (rendered files, idempotence, .NET tables) and the inbox cleanup.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Shape, TestDb};
+use ferrybus_sea_orm::{migrate, CleanupConfig, InboxCleanup, Migrator, Tables, TimestampType};
+use sea_orm::{ConnectionTrait, DbBackend, Statement};
+use uuid::Uuid;
+
+type TablesFn = fn() -> Tables;
+
+const RENDERED: [(&str, TablesFn); 2] = [
+    ("messaging-snake-case.sql", Tables::new),
+    ("dotnet-default-pascal-case.sql", Tables::dotnet_default),
+];
+
+/// The committed files for DBAs equal what the crate renders (regenerate with
+/// `FERRYBUS_BLESS=1 cargo test -p ferrybus-sea-orm --test migrate_cleanup`).
+#[test]
+fn committed_migrations_match_the_template() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../migrations");
+    for (file, tables) in RENDERED {
+        let rendered = migrate::render(&tables(), true);
+        let path = dir.join(file);
+        if std::env::var_os("FERRYBUS_BLESS").is_some() {
+            std::fs::write(&path, &rendered).unwrap();
+        }
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert_eq!(
+            committed, rendered,
+            "{file} is out of date; run with FERRYBUS_BLESS=1"
+        );
+        assert!(!rendered.contains("{{"), "unrendered placeholder in {file}");
+    }
+}
+
+async fn schema_objects(tdb: &TestDb) -> (i64, i64) {
+    let schema = tdb.schema.clone();
+    let indexes = tdb
+        .count(
+            "SELECT count(*) FROM pg_indexes WHERE schemaname = $1",
+            vec![schema.clone().into()],
+        )
+        .await;
+    let constraints = tdb
+        .count(
+            "SELECT count(*) FROM pg_constraint WHERE connamespace = $1::text::regnamespace",
+            vec![format!("\"{schema}\"").into()],
+        )
+        .await;
+    (indexes, constraints)
+}
+
+async fn migrator_is_idempotent(shape: Shape) {
+    let tdb = TestDb::new(shape).await;
+    let before = schema_objects(&tdb).await;
+    let tables = tdb.storage.tables().clone();
+    let runs = (0..4).map(|_| {
+        let db = tdb.db.clone();
+        let tables = tables.clone();
+        async move { Migrator::new(tables).run(&db).await }
+    });
+    for result in futures::future::join_all(runs).await {
+        result.unwrap();
+    }
+    let after = schema_objects(&tdb).await;
+    match shape {
+        // .NET-created tables without FKs get the two FKs, nothing else.
+        Shape::BookwormLegacy | Shape::CanonicalLegacy => {
+            assert_eq!(after, (before.0, before.1 + 2))
+        }
+        _ => assert_eq!(after, before, "nothing added to complete tables"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn migrator_is_idempotent_snake() {
+    migrator_is_idempotent(Shape::Snake).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn migrator_is_idempotent_pascal() {
+    migrator_is_idempotent(Shape::Pascal).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn migrator_leaves_dotnet_tables_alone() {
+    migrator_is_idempotent(Shape::BookwormFixture).await;
+    migrator_is_idempotent(Shape::CanonicalFixture).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn migrator_adds_missing_foreign_keys() {
+    migrator_is_idempotent(Shape::BookwormLegacy).await;
+    migrator_is_idempotent(Shape::CanonicalLegacy).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn migrator_creates_masstransit_shape() {
+    let tdb = TestDb::new(Shape::Pascal).await;
+    let columns = tdb
+        .count(
+            "SELECT count(*) FROM information_schema.columns WHERE table_schema = $1",
+            vec![tdb.schema.clone().into()],
+        )
+        .await;
+    assert_eq!(
+        columns,
+        11 + 6 + 21 + 2,
+        "three tables plus the test's invoices table"
+    );
+    let (indexes, constraints) = schema_objects(&tdb).await;
+    assert_eq!(indexes, 3 + 1 + 6 + 1, "PKs, AK, 6 indexes, invoices PK");
+    assert_eq!(
+        constraints,
+        3 + 1 + 2 + 1,
+        "PKs, AK, FKs, invoices PK (+ NOT NULL not counted)"
+    );
+}
+
+/// Inserts an inbox row delivered `age` ago (or not delivered).
+async fn inbox_row(tdb: &TestDb, delivered_ago: Option<Duration>) -> Uuid {
+    let c = |n: &str| tdb.c(n);
+    let message_id = Uuid::new_v4();
+    let at = |d: Duration| chrono::Utc::now() - chrono::Duration::from_std(d).unwrap();
+    let value = |t: Option<chrono::DateTime<chrono::Utc>>| -> sea_orm::Value {
+        match tdb.storage.tables().timestamp_type() {
+            TimestampType::WithTimeZone => t.into(),
+            TimestampType::WithoutTimeZone => t.map(|t| t.naive_utc()).into(),
+        }
+    };
+    let sql = format!(
+        "INSERT INTO {} ({}, {}, {}, {}, {}, {}, {}) VALUES ($1, $2, $3, $4, 0, $5, $5)",
+        tdb.t("inbox"),
+        c("MessageId"),
+        c("ConsumerId"),
+        c("LockId"),
+        c("Received"),
+        c("ReceiveCount"),
+        c("Consumed"),
+        c("Delivered")
+    );
+    let values = [
+        message_id.into(),
+        Uuid::nil().into(),
+        Uuid::new_v4().into(),
+        value(Some(at(Duration::from_secs(7200)))),
+        value(delivered_ago.map(at)),
+    ];
+    tdb.db
+        .execute(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            sql,
+            values,
+        ))
+        .await
+        .unwrap();
+    message_id
+}
+
+async fn reference(tdb: &TestDb, message_id: Uuid) {
+    let c = |n: &str| tdb.c(n);
+    let sql = format!(
+        "INSERT INTO {} ({}, {}, {}, {}, {}, {}, {}) VALUES (now(), $1, $2, $3, 'application/json', 'urn:message:X:Y', '{{}}')",
+        tdb.t("message"), c("SentTime"), c("InboxMessageId"), c("InboxConsumerId"), c("MessageId"), c("ContentType"),
+        c("MessageType"), c("Body")
+    );
+    let values = [message_id.into(), Uuid::nil().into(), Uuid::new_v4().into()];
+    tdb.db
+        .execute(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            sql,
+            values,
+        ))
+        .await
+        .unwrap();
+}
+
+async fn cleanup_removes_exactly_expired_rows(shape: Shape) {
+    let tdb = TestDb::new(shape).await;
+    let hour = Duration::from_secs(3600);
+    let mut expired = Vec::new();
+    for _ in 0..7 {
+        expired.push(inbox_row(&tdb, Some(hour)).await);
+    }
+    let referenced = inbox_row(&tdb, Some(hour * 2)).await; // the oldest, still referenced
+    reference(&tdb, referenced).await;
+    let recent = inbox_row(&tdb, Some(Duration::from_secs(60))).await;
+    let undelivered = inbox_row(&tdb, None).await;
+    let cleanup = InboxCleanup::new(
+        tdb.db.clone(),
+        CleanupConfig::new(tdb.storage.clone())
+            .window(Duration::from_secs(1800))
+            .batch_size(3),
+    );
+    // Two cleanups at once (two instances): neither fails, each row removed once.
+    let (a, b) = tokio::join!(cleanup.run_once(), cleanup.run_once());
+    assert_eq!(a.unwrap() + b.unwrap(), 7);
+    for id in expired {
+        assert_eq!(tdb.inbox_row(id).await, None);
+    }
+    assert!(
+        tdb.inbox_row(referenced).await.is_some(),
+        "FK-referenced row skipped, not blocking"
+    );
+    assert!(tdb.inbox_row(recent).await.is_some());
+    assert!(tdb.inbox_row(undelivered).await.is_some());
+    assert_eq!(cleanup.run_once().await.unwrap(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cleanup_snake() {
+    cleanup_removes_exactly_expired_rows(Shape::Snake).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cleanup_bookworm_fixture() {
+    cleanup_removes_exactly_expired_rows(Shape::BookwormFixture).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cleanup_canonical_fixture() {
+    cleanup_removes_exactly_expired_rows(Shape::CanonicalFixture).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cleanup_canonical_legacy() {
+    cleanup_removes_exactly_expired_rows(Shape::CanonicalLegacy).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cleanup_bookworm_legacy() {
+    cleanup_removes_exactly_expired_rows(Shape::BookwormLegacy).await
+}
