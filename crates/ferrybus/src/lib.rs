@@ -54,3 +54,8 @@ pub use ferrybus_sea_orm as sea_orm;
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]
 struct ReadmeDoctests;
+
+/// The quick start's examples, compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/quickstart.md")]
+struct QuickstartDoctests;
