@@ -1,0 +1,360 @@
+//! The ferrybus side of every scenario: the same work as the baselines, through
+//! `ferrybus-rabbitmq` endpoints and `ferrybus-sea-orm` layers, with the same pool size, prefetch
+//! and concurrency.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ferrybus_core::{consumer_fn, ConsumeContext, ConsumeError, EndpointConfig, SharedSink};
+use ferrybus_rabbitmq::RabbitMqBus;
+use ferrybus_sea_orm::{
+    BusOutbox, DeliveryConfig, InboxConfig, InboxLayer, OutboxDeliveryService, StorageConfig,
+    Tables, TransactionExt,
+};
+use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement, TransactionTrait};
+
+use crate::baseline::RunResult;
+use crate::broker::Counter;
+use crate::db;
+use crate::messages::{OrderAccepted, OrderSubmitted, RelayPing};
+use crate::relay::{self, Latencies, RelayResult};
+use crate::scenarios::Bench;
+use crate::BoxError;
+
+/// Why the ferrybus side has no figure.
+#[derive(Debug)]
+pub(crate) enum FerryError {
+    /// The API the scenario needs does not exist (yet).
+    #[allow(dead_code)]
+    Missing(String),
+    /// It ran and failed.
+    Failed(BoxError),
+}
+
+impl From<BoxError> for FerryError {
+    fn from(e: BoxError) -> Self {
+        FerryError::Failed(e)
+    }
+}
+
+impl From<ferrybus_rabbitmq::RabbitMqError> for FerryError {
+    fn from(e: ferrybus_rabbitmq::RabbitMqError) -> Self {
+        FerryError::Failed(Box::new(e))
+    }
+}
+
+/// The tables as the bench creates them: MassTransit's EF Core shape in `schema`.
+fn storage(schema: &str) -> StorageConfig {
+    StorageConfig::new(Tables::dotnet_default().schema(schema))
+}
+
+/// A sea-orm connection over the same kind of pool the baselines use.
+async fn database(b: &Bench, schema: &str, size: u32) -> Result<DatabaseConnection, BoxError> {
+    let pool = db::pool(&b.args.database_url, Some(schema), size).await?;
+    Ok(sea_orm::SqlxPostgresConnector::from_sqlx_postgres_pool(
+        pool,
+    ))
+}
+
+/// Starts a bus consuming `endpoint`, waits until `expected` were counted, stops the bus.
+async fn run_endpoint(
+    amqp_url: &str,
+    endpoint: EndpointConfig,
+    counter: Counter,
+    expected: usize,
+    limit: Duration,
+) -> Result<RunResult, FerryError> {
+    let start = Instant::now();
+    let bus = RabbitMqBus::builder(amqp_url)
+        .connection_name("ferrybus-bench")
+        .receive_endpoint(endpoint)
+        .start()
+        .await?;
+    let (processed, last) = counter.wait_for(expected, limit).await;
+    bus.stop().await;
+    Ok(RunResult {
+        processed,
+        elapsed: counter.span(start, last),
+        errors: 0,
+    })
+}
+
+fn plain_endpoint(
+    queue: &str,
+    prefetch: u16,
+    concurrency: usize,
+    counter: Counter,
+) -> EndpointConfig {
+    EndpointConfig::new(queue)
+        .prefetch(prefetch)
+        .concurrency(concurrency)
+        .consumer(consumer_fn(
+            "BenchPlainConsumer",
+            move |ctx: ConsumeContext<OrderSubmitted>| {
+                let counter = counter.clone();
+                async move {
+                    std::hint::black_box(ctx.message_id());
+                    counter.incr();
+                    Ok::<_, ConsumeError>(())
+                }
+            },
+        ))
+}
+
+/// The plain consumer: parse, dispatch to a consumer that reads the message id, ack.
+pub(crate) async fn plain(
+    b: &Bench,
+    queue: &str,
+    expected: usize,
+    limit: Duration,
+) -> Result<RunResult, FerryError> {
+    let counter = Counter::new();
+    let endpoint = plain_endpoint(
+        queue,
+        b.args.prefetch_count(),
+        b.args.concurrency,
+        counter.clone(),
+    );
+    run_endpoint(&b.args.amqp_url, endpoint, counter, expected, limit).await
+}
+
+/// The business insert, in the inbox transaction.
+async fn insert_order(ctx: &ConsumeContext<OrderSubmitted>) -> Result<(), ConsumeError> {
+    let order = ctx.message();
+    ctx.db()
+        .execute(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            db::INSERT_ORDER,
+            [
+                order.order_id.into(),
+                ctx.message_id().unwrap_or_default().into(),
+                order.customer.clone().into(),
+                order.amount.clone().into(),
+            ],
+        ))
+        .await
+        .map_err(|e| ConsumeError::handler(e.to_string()))?;
+    Ok(())
+}
+
+/// The inbox consumer (`publish`: also publishes one `OrderAccepted`, through the consumer
+/// outbox).
+async fn storage_run(
+    b: &Bench,
+    queue: &str,
+    schema: &str,
+    expected: usize,
+    limit: Duration,
+    publish: bool,
+) -> Result<RunResult, FerryError> {
+    let counter = Counter::new();
+    let db = database(b, schema, b.args.concurrency as u32).await?;
+    let c = counter.clone();
+    let endpoint = EndpointConfig::new(queue)
+        .prefetch(b.args.prefetch_count())
+        .concurrency(b.args.concurrency)
+        .layer(InboxLayer::new(
+            db.clone(),
+            InboxConfig::new(storage(schema)),
+        ))
+        .consumer(consumer_fn(
+            "BenchInboxConsumer",
+            move |ctx: ConsumeContext<OrderSubmitted>| {
+                let counter = c.clone();
+                async move {
+                    insert_order(&ctx).await?;
+                    if publish {
+                        let order = ctx.message();
+                        ctx.publish(&OrderAccepted {
+                            order_id: order.order_id,
+                            amount: order.amount.clone(),
+                        })
+                        .await?;
+                    }
+                    counter.incr();
+                    Ok::<_, ConsumeError>(())
+                }
+            },
+        ));
+    let result = run_endpoint(&b.args.amqp_url, endpoint, counter, expected, limit).await;
+    db.close().await.ok();
+    result
+}
+
+/// The inbox consumer: inbox layer + one business insert in the inbox transaction.
+pub(crate) async fn inbox(
+    b: &Bench,
+    queue: &str,
+    schema: &str,
+    expected: usize,
+    limit: Duration,
+) -> Result<RunResult, FerryError> {
+    storage_run(b, queue, schema, expected, limit, false).await
+}
+
+/// The inbox consumer that publishes one `OrderAccepted` per order (consumer outbox).
+pub(crate) async fn outbox(
+    b: &Bench,
+    queue: &str,
+    schema: &str,
+    expected: usize,
+    limit: Duration,
+) -> Result<RunResult, FerryError> {
+    storage_run(b, queue, schema, expected, limit, true).await
+}
+
+/// The memory probe's ferrybus consumer: the plain endpoint, counting into `counter`.
+pub(crate) async fn memory_consumer(
+    args: &crate::Args,
+    queue: &str,
+    expected: usize,
+    limit: Duration,
+    counter: Counter,
+) -> Result<RunResult, FerryError> {
+    let endpoint = plain_endpoint(
+        queue,
+        args.prefetch_count(),
+        args.concurrency,
+        counter.clone(),
+    );
+    run_endpoint(&args.amqp_url, endpoint, counter, expected, limit).await
+}
+
+/// Writes `n` `RelayPing`s through the bus outbox from `writers` tasks, one message per
+/// transaction; stamps each commit in `latencies` (when given). Returns rows/s.
+async fn write_outbox(
+    db: &DatabaseConnection,
+    outbox: &BusOutbox,
+    n: usize,
+    writers: usize,
+    latencies: Option<Latencies>,
+) -> Result<f64, BoxError> {
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for w in 0..writers {
+        let db = db.clone();
+        let outbox = outbox.clone();
+        let latencies = latencies.clone();
+        let count = n / writers + usize::from(w < n % writers);
+        tasks.push(tokio::spawn(async move {
+            for seq in 0..count {
+                let txn = db.begin().await?;
+                let id = outbox
+                    .publish(
+                        &txn,
+                        &RelayPing {
+                            seq: seq as u64,
+                            writer: w as u32,
+                        },
+                    )
+                    .await?;
+                txn.commit().await?;
+                if let Some(l) = &latencies {
+                    l.committed(id, Instant::now());
+                }
+            }
+            Ok::<_, BoxError>(())
+        }));
+    }
+    for t in tasks {
+        t.await??;
+    }
+    Ok(n as f64 / start.elapsed().as_secs_f64())
+}
+
+/// A bus-outbox relay run: `writers` commit `n` messages through the bus outbox; `instances`
+/// delivery services (each with its own pool and broker connection) move them to the broker,
+/// woken by NOTIFY (`notify`) or only by polling (default 1 s interval).
+///
+/// Phase 1 (throughput): the writers fill the outbox with no delivery service running, then the
+/// services start and drain it: rows/s committed, messages/s delivered. Phase 2 (latency): the
+/// services run while the writers commit another `n / 2`; each message's commit-to-receipt time.
+pub(crate) async fn relay(
+    b: &Bench,
+    n: usize,
+    writers: usize,
+    instances: usize,
+    notify: bool,
+) -> Result<RelayResult, FerryError> {
+    let what = format!(
+        "relay-{instances}-{}",
+        if notify { "notify" } else { "poll" }
+    );
+    let schema = b.fresh_schema(&what).await?;
+    let queue = relay::ping_queue(b, &format!("{what}-in")).await?;
+    let channel = format!("ferrybus_bench_{}_{}", b.run_id, what.replace('-', "_"));
+    let writer_storage = storage(&schema).notify_channel(channel.clone());
+    // Polling only: the services listen on a channel nobody notifies.
+    let service_storage = if notify {
+        writer_storage.clone()
+    } else {
+        storage(&schema).notify_channel(format!("{channel}_silent"))
+    };
+    let db = database(b, &schema, writers as u32).await?;
+    let outbox = BusOutbox::new(
+        ferrybus_core::MessageFactory::new(crate::messages::host()),
+        writer_storage,
+    );
+
+    // Phase 1: fill, then drain.
+    let committed = write_outbox(&db, &outbox, n, writers, None).await?;
+    let received = Counter::new();
+    let latencies = Latencies::new();
+    let (receiver, ch) =
+        relay::receive_latencies(&b.conn, &queue, latencies.clone(), received.clone()).await?;
+    let start = Instant::now();
+    let mut services = Vec::new();
+    for i in 0..instances {
+        services.push(start_service(b, &schema, &service_storage, &what, i).await?);
+    }
+    let (got, last) = received.wait_for(n, b.limit(n)).await;
+    let delivered = got as f64 / last.duration_since(start).as_secs_f64().max(1e-9);
+
+    // Phase 2: latency with the services running.
+    let m = (n / 2).max(1);
+    latencies.reset();
+    write_outbox(&db, &outbox, m, writers, Some(latencies.clone())).await?;
+    let (got2, _) = received.wait_for(n + m, b.limit(m)).await;
+    let latency = latencies.percentiles();
+    for (bus, handle, sdb) in services {
+        handle.stop().await;
+        bus.stop().await;
+        sdb.close().await.ok();
+    }
+    let _ = ch.close(200, "done".into()).await;
+    receiver.abort();
+    db.close().await.ok();
+    Ok(RelayResult {
+        committed,
+        delivered,
+        latency,
+        received: got.min(n) + got2.saturating_sub(n),
+        expected: n + m,
+    })
+}
+
+/// One delivery-service instance: its own bus (broker connection) and its own pool.
+async fn start_service(
+    b: &Bench,
+    schema: &str,
+    storage: &StorageConfig,
+    what: &str,
+    i: usize,
+) -> Result<
+    (
+        RabbitMqBus,
+        ferrybus_sea_orm::BackgroundHandle,
+        DatabaseConnection,
+    ),
+    FerryError,
+> {
+    let bus = RabbitMqBus::builder(&b.args.amqp_url)
+        .connection_name(format!("ferrybus-bench {what} delivery {i}"))
+        .start()
+        .await?;
+    let sdb = database(b, schema, 6).await?;
+    let sink: SharedSink = Arc::new(bus.sink());
+    let handle =
+        OutboxDeliveryService::new(sdb.clone(), sink, DeliveryConfig::new(storage.clone())).spawn();
+    Ok((bus, handle, sdb))
+}

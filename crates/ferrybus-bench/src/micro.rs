@@ -1,0 +1,128 @@
+//! In-process micro-benchmark of the core: envelope parse + dispatch through ferrybus's receive
+//! pipeline and through the in-memory `TestHarness`, against `serde_json::from_slice` of the same
+//! bodies. No broker, no database: the cost ferrybus-core adds per message.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use ferrybus_core::memory::TestHarness;
+use ferrybus_core::{
+    consumer_fn, BoxError, ConsumeContext, ConsumeError, Disposition, EndpointConfig,
+    InboundDelivery, MessageFactory, MessageSink, OutgoingMessage,
+};
+use tokio_util::sync::CancellationToken;
+
+use crate::broker::Counter;
+use crate::messages::{self, BaselineEnvelope, OrderSubmitted};
+
+/// Drops whatever is sent (the micro-benchmark's consumers send nothing).
+struct NullSink;
+
+#[async_trait]
+impl MessageSink for NullSink {
+    async fn deliver(&self, _message: OutgoingMessage) -> Result<(), BoxError> {
+        Ok(())
+    }
+}
+
+/// The figures of the micro-benchmark, msg/s.
+pub(crate) struct MicroResult {
+    /// `serde_json::from_slice` into a typed envelope, one thread.
+    pub(crate) serde: f64,
+    /// `ReceivePipeline::handle` (parse, match, dispatch to a consumer), one task.
+    pub(crate) pipeline: f64,
+    /// `TestHarness`: publish (build + serialize) and consume through the in-memory bus.
+    pub(crate) harness: f64,
+    /// Messages in each pass.
+    pub(crate) messages: usize,
+    /// How many messages the harness consumed (must equal `messages`).
+    pub(crate) harness_consumed: usize,
+}
+
+fn counting_endpoint(queue: &str, counter: Counter) -> EndpointConfig {
+    EndpointConfig::new(queue).consumer(consumer_fn(
+        "OrderConsumer",
+        move |ctx: ConsumeContext<OrderSubmitted>| {
+            let counter = counter.clone();
+            async move {
+                std::hint::black_box(ctx.message_id());
+                std::hint::black_box(&ctx.message().order_id);
+                counter.incr();
+                Ok::<_, ConsumeError>(())
+            }
+        },
+    ))
+}
+
+/// Runs the three passes over `n` messages.
+pub(crate) async fn run(n: usize) -> Result<MicroResult, BoxError> {
+    let factory = MessageFactory::new(messages::host());
+    let bodies: Vec<Vec<u8>> = (0..n)
+        .map(|i| messages::envelope(&factory, "bench-micro", &messages::order(i)).map(|(_, b)| b))
+        .collect::<Result<_, _>>()?;
+
+    // serde_json baseline (best of 3 passes to dodge a noisy neighbour).
+    let mut serde = 0f64;
+    for _ in 0..3 {
+        let start = Instant::now();
+        for body in &bodies {
+            let envelope: BaselineEnvelope<OrderSubmitted> = serde_json::from_slice(body)?;
+            std::hint::black_box(envelope);
+        }
+        serde = serde.max(n as f64 / start.elapsed().as_secs_f64());
+    }
+
+    // The receive pipeline, as a transport drives it.
+    let counter = Counter::new();
+    let pipeline = counting_endpoint("bench-micro", counter.clone()).build(
+        factory.host().entity_address("bench-micro"),
+        Arc::new(NullSink),
+        Arc::new(factory.clone()),
+        CancellationToken::new(),
+    );
+    let deliveries: Vec<InboundDelivery> = bodies
+        .iter()
+        .map(|body| InboundDelivery {
+            body: body.clone(),
+            content_type: Some(crate::broker::ENVELOPE.to_owned()),
+            ..InboundDelivery::default()
+        })
+        .collect();
+    let mut pipeline_rate = 0f64;
+    for _ in 0..3 {
+        let start = Instant::now();
+        for delivery in &deliveries {
+            let disposition = pipeline.handle(delivery).await;
+            if disposition != Disposition::Consumed {
+                return Err(format!("pipeline disposition {disposition:?}").into());
+            }
+        }
+        pipeline_rate = pipeline_rate.max(n as f64 / start.elapsed().as_secs_f64());
+    }
+    if counter.get() != 3 * n {
+        return Err(format!("pipeline consumed {} of {}", counter.get(), 3 * n).into());
+    }
+
+    // The in-memory harness: publish every message, wait until every one was consumed.
+    let counter = Counter::new();
+    let harness = TestHarness::start([counting_endpoint("bench-micro-harness", counter.clone())]);
+    let orders: Vec<OrderSubmitted> = (0..n).map(messages::order).collect();
+    let start = Instant::now();
+    for order in &orders {
+        harness.publish(order).await?;
+    }
+    let (consumed, last) = counter
+        .wait_for(n, Duration::from_secs(30 + n as u64 / 1000))
+        .await;
+    let harness_rate = consumed as f64 / last.duration_since(start).as_secs_f64();
+    harness.stop().await;
+
+    Ok(MicroResult {
+        serde,
+        pipeline: pipeline_rate,
+        harness: harness_rate,
+        messages: n,
+        harness_consumed: consumed,
+    })
+}

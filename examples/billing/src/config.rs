@@ -1,0 +1,200 @@
+//! [`Config`]: everything billing reads from its environment, with working defaults.
+
+use std::time::Duration;
+
+use ferrybus::sea_orm::{NamingStyle, StorageConfig, Tables};
+
+/// Why the environment could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("{name}={value:?}: {reason}")]
+pub struct ConfigError {
+    name: &'static str,
+    value: String,
+    reason: &'static str,
+}
+
+/// The billing service's settings.
+///
+/// | variable | default | meaning |
+/// |---|---|---|
+/// | `DATABASE_URL` | `postgres://postgres@127.0.0.1:5432/test` | PostgreSQL |
+/// | `AMQP_URL` | `amqp://guest:guest@127.0.0.1:5672/%2f` | RabbitMQ |
+/// | `BILLING_CONCURRENCY` | `4` | messages consumed at once per endpoint |
+/// | `PAYMENT_DELAY_MS` | `200` | how long the fake payment gateway takes |
+/// | `BILLING_SCHEMA` | `billing` | schema of the business tables |
+/// | `FERRYBUS_SCHEMA` | `messaging` | schema of the inbox/outbox tables |
+/// | `FERRYBUS_NAMING` | `snake` | `snake` (`inbox_state`, `message_id`) or `pascal` (.NET's `"InboxState"`, `"MessageId"`) |
+/// | `FERRYBUS_INBOX_TABLE` | by naming | inbox table name |
+/// | `FERRYBUS_OUTBOX_STATE_TABLE` | by naming | outbox state table name |
+/// | `FERRYBUS_OUTBOX_MESSAGE_TABLE` | by naming | outbox message table name |
+///
+/// ```
+/// let config = example_billing::Config::default();
+/// assert_eq!(config.invoice_queue, "billing-invoice");
+/// assert_eq!(config.storage.tables().schema_name(), "messaging");
+/// ```
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// PostgreSQL URL.
+    pub database_url: String,
+    /// RabbitMQ URL.
+    pub amqp_url: String,
+    /// How many messages each endpoint consumes at once.
+    pub concurrency: usize,
+    /// How long one call to the fake payment gateway takes.
+    pub payment_delay: Duration,
+    /// The schema of `invoices`, `charges` and `payments`.
+    pub billing_schema: String,
+    /// Where the inbox and outbox tables are.
+    pub storage: StorageConfig,
+    /// The queue of the invoice consumer.
+    pub invoice_queue: String,
+    /// The queue of the payments consumer.
+    pub payments_queue: String,
+    /// Whether the endpoints bind their message types' exchanges (as MassTransit does). Tests
+    /// that send straight to the queue turn it off to stay isolated from other publishers.
+    pub bind_message_types: bool,
+    /// The connection name the broker shows.
+    pub connection_name: String,
+}
+
+/// The default PostgreSQL URL.
+pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+/// The default RabbitMQ URL.
+pub const DEFAULT_AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            database_url: DEFAULT_DATABASE_URL.to_owned(),
+            amqp_url: DEFAULT_AMQP_URL.to_owned(),
+            concurrency: 4,
+            payment_delay: Duration::from_millis(200),
+            billing_schema: "billing".to_owned(),
+            storage: StorageConfig::new(Tables::new()),
+            invoice_queue: "billing-invoice".to_owned(),
+            payments_queue: "billing-payments".to_owned(),
+            bind_message_types: true,
+            connection_name: "billing".to_owned(),
+        }
+    }
+}
+
+impl Config {
+    /// Reads the environment (see the table above); unset variables keep their defaults.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Reads settings through `lookup` (the environment, or a map in tests).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let mut config = Self::default();
+        if let Some(url) = lookup("DATABASE_URL") {
+            config.database_url = url;
+        }
+        if let Some(url) = lookup("AMQP_URL") {
+            config.amqp_url = url;
+        }
+        if let Some(value) = lookup("BILLING_CONCURRENCY") {
+            config.concurrency =
+                value
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| {
+                        invalid("BILLING_CONCURRENCY", &value, "expected a positive number")
+                    })?;
+        }
+        if let Some(value) = lookup("PAYMENT_DELAY_MS") {
+            let ms = value
+                .parse::<u64>()
+                .map_err(|_| invalid("PAYMENT_DELAY_MS", &value, "expected milliseconds"))?;
+            config.payment_delay = Duration::from_millis(ms);
+        }
+        if let Some(schema) = lookup("BILLING_SCHEMA") {
+            config.billing_schema = schema;
+        }
+        config.storage = StorageConfig::new(tables_from_lookup(&lookup)?);
+        Ok(config)
+    }
+}
+
+/// The inbox/outbox tables described by `FERRYBUS_SCHEMA`, `FERRYBUS_NAMING` and the three
+/// `FERRYBUS_*_TABLE` variables.
+///
+/// ```
+/// use example_billing::config::tables_from_lookup;
+/// let tables = tables_from_lookup(&|name: &str| (name == "FERRYBUS_NAMING").then(|| "pascal".to_owned())).unwrap();
+/// assert_eq!(tables.inbox_state(), "InboxState");
+/// assert_eq!(tables.schema_name(), "messaging");
+/// ```
+pub fn tables_from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Tables, ConfigError> {
+    let naming = match lookup("FERRYBUS_NAMING").as_deref() {
+        None | Some("snake") | Some("snake_case") => NamingStyle::SnakeCase,
+        Some("pascal") | Some("PascalCase") => NamingStyle::PascalCase,
+        Some(other) => {
+            return Err(invalid(
+                "FERRYBUS_NAMING",
+                other,
+                "expected snake or pascal",
+            ))
+        }
+    };
+    let (inbox, state, message) = match naming {
+        NamingStyle::SnakeCase => ("inbox_state", "outbox_state", "outbox_message"),
+        NamingStyle::PascalCase => ("InboxState", "OutboxState", "OutboxMessage"),
+    };
+    let name = |var: &str, default: &str| lookup(var).unwrap_or_else(|| default.to_owned());
+    Ok(Tables::new()
+        .schema(name("FERRYBUS_SCHEMA", "messaging"))
+        .names(
+            name("FERRYBUS_INBOX_TABLE", inbox),
+            name("FERRYBUS_OUTBOX_STATE_TABLE", state),
+            name("FERRYBUS_OUTBOX_MESSAGE_TABLE", message),
+        )
+        .naming(naming))
+}
+
+fn invalid(name: &'static str, value: &str, reason: &'static str) -> ConfigError {
+    ConfigError {
+        name,
+        value: value.to_owned(),
+        reason,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_environment() {
+        let config = Config::from_lookup(|name| match name {
+            "BILLING_CONCURRENCY" => Some("8".into()),
+            "PAYMENT_DELAY_MS" => Some("50".into()),
+            "FERRYBUS_SCHEMA" => Some("communication".into()),
+            "FERRYBUS_INBOX_TABLE" => Some("InboxStates".into()),
+            "FERRYBUS_NAMING" => Some("pascal".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!(config.concurrency, 8);
+        assert_eq!(config.payment_delay, Duration::from_millis(50));
+        let tables = config.storage.tables();
+        assert_eq!(tables.schema_name(), "communication");
+        assert_eq!(tables.inbox_state(), "InboxStates");
+        assert_eq!(tables.outbox_state(), "OutboxState");
+        assert_eq!(tables.naming_style(), NamingStyle::PascalCase);
+    }
+
+    #[test]
+    fn rejects_nonsense() {
+        let err = Config::from_lookup(|name| (name == "BILLING_CONCURRENCY").then(|| "0".into()))
+            .unwrap_err();
+        assert!(err.to_string().contains("BILLING_CONCURRENCY"));
+        assert!(
+            Config::from_lookup(|name| (name == "FERRYBUS_NAMING").then(|| "kebab".into()))
+                .is_err()
+        );
+    }
+}
