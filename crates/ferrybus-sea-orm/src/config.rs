@@ -161,6 +161,18 @@ pub struct StorageConfig {
     sql: Arc<Sql>,
 }
 
+fn default_channel(tables: &Tables) -> String {
+    let mut channel = format!(
+        "ferrybus_outbox.{}.{}",
+        tables.schema_name(),
+        tables.outbox_state()
+    );
+    while channel.len() > 63 {
+        channel.pop();
+    }
+    channel
+}
+
 impl Default for StorageConfig {
     fn default() -> Self {
         Self::new(Tables::new())
@@ -168,12 +180,14 @@ impl Default for StorageConfig {
 }
 
 impl StorageConfig {
-    /// Settings for `tables`, notifying channel `ferrybus_outbox`.
+    /// Settings for `tables`, notifying channel `ferrybus_outbox.<schema>.<outbox_state>` (cut
+    /// to PostgreSQL's 63-byte identifier limit), so delivery services of different schemas do
+    /// not wake each other.
     pub fn new(tables: Tables) -> Self {
         let sql = Arc::new(Sql::new(&tables));
         Self {
+            channel: default_channel(&tables),
             tables,
-            channel: "ferrybus_outbox".into(),
             sql,
         }
     }

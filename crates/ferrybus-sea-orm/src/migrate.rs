@@ -192,6 +192,10 @@ impl Migrator {
     /// Applies the migration.
     pub async fn run(&self, db: &DatabaseConnection) -> Result<(), StoreError> {
         let txn = db.begin().await?;
+        // `IF NOT EXISTS` makes PostgreSQL send "already exists, skipping" notices on every
+        // start; they are not news.
+        txn.execute_unprepared("SET LOCAL client_min_messages = warning")
+            .await?;
         txn.execute_unprepared(&format!(
             "SELECT pg_advisory_xact_lock({ADVISORY_LOCK_KEY})"
         ))

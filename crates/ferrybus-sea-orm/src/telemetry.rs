@@ -7,7 +7,8 @@ use tracing::Instrument;
 
 /// Histogram of inbox stage durations, label `stage`.
 pub const INBOX_STAGE_SECONDS: &str = "ferrybus_inbox_stage_seconds";
-/// Counter of duplicates the inbox acknowledged without running the consumer, label `consumer`.
+/// Counter of copies the inbox kept from the consumer because its row was already consumed
+/// (plain duplicates and copies that completed an earlier attempt's outbox), label `consumer`.
 pub const INBOX_DUPLICATES_TOTAL: &str = "ferrybus_inbox_duplicates_total";
 /// Counter of deliveries that completed an earlier attempt's outbox (crash recovery).
 pub const INBOX_RECOVERED_TOTAL: &str = "ferrybus_inbox_recovered_total";

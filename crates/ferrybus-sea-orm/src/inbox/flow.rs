@@ -82,6 +82,8 @@ where
         Claim::Run => consume(&shared, inner, request, key, txn).await,
         Claim::Duplicate => duplicate(&request, key, txn).await,
         Claim::Recover { after } => {
+            // The consumer does not run again: from its point of view this copy is a duplicate.
+            count_duplicate(&request);
             let sink = request.sink().clone();
             recover(sql, &sink, key, after, txn)
                 .await
@@ -155,9 +157,13 @@ async fn duplicate(
         consumer = request.consumer().name(),
         "duplicate message acknowledged without running the consumer"
     );
+    count_duplicate(request);
+    Ok(())
+}
+
+fn count_duplicate(request: &ConsumeRequest) {
     let consumer = request.consumer().name().to_owned();
     metrics::counter!(INBOX_DUPLICATES_TOTAL, "consumer" => consumer).increment(1);
-    Ok(())
 }
 
 /// Runs the consumer in the transaction, writes its messages, commits, then delivers them.
