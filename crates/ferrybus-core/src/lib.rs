@@ -39,6 +39,9 @@ pub use pipeline::{
 #[cfg(feature = "derive")]
 pub use ferrybus_derive::Message;
 
+/// The attribute macro [`MessageSink`] implementations use.
+pub use async_trait::async_trait;
+
 /// Re-exports for macros and integrations.
 #[doc(hidden)]
 pub mod __private {
