@@ -113,7 +113,17 @@ impl Bench {
     async fn cleanup(&self) {
         let queues = lock(&self.queues).clone();
         let exchanges = lock(&self.exchanges).clone();
-        broker::delete(&self.conn, &queues, &exchanges).await;
+        // A fresh connection: the set-up one may have been closed by a failed scenario.
+        match broker::connect(&self.args.amqp_url, "ferrybus-bench cleanup").await {
+            Ok(conn) => {
+                broker::delete(&conn, &queues, &exchanges).await;
+                let _ = conn.close(200, "done".into()).await;
+            }
+            Err(e) => {
+                eprintln!("warning: cleanup connection failed ({e}); using the set-up one");
+                broker::delete(&self.conn, &queues, &exchanges).await;
+            }
+        }
         let schemas = lock(&self.schemas).clone();
         for schema in schemas {
             if let Err(e) = db::drop_schema(&self.admin, &schema).await {
@@ -142,6 +152,8 @@ pub(crate) async fn run_all(args: Args) -> ExitCode {
         args.concurrency,
         args.prefetch_count()
     );
+    // ferrybus endpoints declare the consumed type's exchange.
+    bench.forget_exchange_later(OrderSubmitted::message_type().entity_name());
     let mut rows = Vec::new();
     for scenario in &args.scenarios {
         let t = Instant::now();
