@@ -1,12 +1,12 @@
 //! [`RabbitMqBus`] and its builder: MassTransit's `UsingRabbitMq` + `ReceiveEndpoint` in Rust.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ferrybus_core::{
     HostAddress, Message, MessageFactory, MessageOrigin, OutgoingMessage, SendOptions,
 };
-use tokio::sync::{broadcast, oneshot, Mutex};
+use tokio::sync::{broadcast, oneshot};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -73,13 +73,15 @@ impl RabbitMqBusBuilder {
         self.settings(|s| s.connection_name = Some(name))
     }
 
-    /// How long `start` keeps trying to connect, and the timeout of one connection attempt
-    /// (30 s by default).
+    /// How long [`start`](Self::start) keeps trying to connect, and the timeout of one
+    /// connection attempt (30 s by default). [`start_background`](Self::start_background) and
+    /// reconnects keep trying for as long as it takes; this only bounds each attempt.
     pub fn connect_timeout(self, timeout: Duration) -> Self {
         self.settings(|s| s.connect_timeout = timeout)
     }
 
-    /// How long a publish waits for a connection and for its confirm (30 s by default).
+    /// How long a publish waits for a connection (then [`ErrorKind::NotConnected`]), and then
+    /// for its declarations and confirm (then [`ErrorKind::Timeout`]); 30 s by default.
     pub fn publish_timeout(self, timeout: Duration) -> Self {
         self.settings(|s| s.publish_timeout = timeout)
     }
@@ -111,38 +113,26 @@ impl RabbitMqBusBuilder {
     }
 
     /// Connects, declares every endpoint's topology and starts consuming. Returns once every
-    /// endpoint consumes, or the first setup error.
+    /// endpoint consumes, or the first setup error; fails if the broker cannot be reached within
+    /// the [connect timeout](Self::connect_timeout). To start while the broker may be down, use
+    /// [`start_background`](Self::start_background).
     pub async fn start(self) -> Result<RabbitMqBus> {
         let settings = self.settings?;
         check_endpoints(&self.endpoints)?;
-        let host = settings.host_address();
         let events = Events::new();
-        let connector = Connector::start(settings, events.clone()).await?;
-        let factory = Arc::new(MessageFactory::new(host.clone()));
-        let publisher = Publisher::new(connector.clone());
-        let stop = CancellationToken::new();
-        let bus_queue = temporary_queue_name("bus");
-        let bus = RabbitMqBus {
-            inner: Arc::new(Inner {
-                address: format!("{}?temporary=true", host.entity_address(&bus_queue)),
-                bus_queue,
-                host,
-                connector,
-                publisher,
-                factory,
-                events,
-                stop,
-                tasks: Mutex::new(JoinSet::new()),
-                responses: tokio::sync::OnceCell::new(),
-                shutdown_timeout: self.shutdown_timeout,
-                delay_mode: self.delay_mode,
-            }),
-        };
+        let connector = Connector::start(settings.clone(), events.clone()).await?;
+        let bus = RabbitMqBus::assemble(
+            &settings,
+            connector,
+            events,
+            self.shutdown_timeout,
+            self.delay_mode,
+        );
         let mut readies = Vec::new();
         for endpoint in self.endpoints {
-            readies.push(bus.spawn_endpoint(endpoint).await);
+            readies.push(bus.spawn_endpoint(endpoint, true));
         }
-        for ready in readies {
+        for ready in readies.into_iter().flatten() {
             let outcome = ready
                 .await
                 .unwrap_or_else(|_| Err(RabbitMqError::new(ErrorKind::Stopped, "endpoint ended")));
@@ -150,6 +140,83 @@ impl RabbitMqBusBuilder {
                 bus.stop().await;
                 return Err(error);
             }
+        }
+        Ok(bus)
+    }
+
+    /// Returns the bus at once, without waiting for the broker: only the configuration is
+    /// checked (the URI, the endpoint names). The connection is opened in the background and
+    /// re-tried with the [reconnect back-off](Self::reconnect_backoff) for as long as it takes
+    /// (the first failed attempt is logged at WARN, then one a minute; [`Event::ConnectFailed`]
+    /// for each); [`Event::Connected`] follows once it is open. Every endpoint then declares
+    /// its topology and consumes ([`Event::EndpointReady`]); an endpoint that cannot be declared
+    /// (e.g. `PRECONDITION_FAILED`) reports [`Event::EndpointFailed`] and tries again after a
+    /// back-off instead of failing the start.
+    ///
+    /// Until the connection is open, [`publish`](RabbitMqBus::publish),
+    /// [`send`](RabbitMqBus::send), [`deliver`](RabbitMqBus::deliver) and the
+    /// [`sink`](RabbitMqBus::sink) wait for it up to the
+    /// [publish timeout](Self::publish_timeout), then fail with [`ErrorKind::NotConnected`]
+    /// (the message names the last connection error). [`RabbitMqBus::is_connected`] tells
+    /// whether it is open now; [`RabbitMqBus::stop`] works at any time.
+    ///
+    /// Use it for services that must come up while RabbitMQ is down, e.g. an API writing to an
+    /// outbox; use [`start`](Self::start) to fail fast instead. Must be called within a Tokio
+    /// runtime (else an [`ErrorKind::Config`] error).
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use ferrybus_core::EndpointConfig;
+    /// use ferrybus_rabbitmq::{ErrorKind, Event, RabbitMqBus};
+    /// # #[derive(serde::Serialize, serde::Deserialize)]
+    /// # struct OrderPlaced { id: u32 }
+    /// # impl ferrybus_core::Message for OrderPlaced {
+    /// #     fn message_type() -> ferrybus_core::MessageType { ferrybus_core::MessageType::parse("Shop:OrderPlaced").unwrap() }
+    /// # }
+    /// # async fn run() -> Result<(), ferrybus_rabbitmq::RabbitMqError> {
+    /// let bus = RabbitMqBus::builder("amqp://guest:guest@localhost:5672/%2f")
+    ///     .connection_name("order-api")
+    ///     .publish_timeout(Duration::from_secs(5))
+    ///     .receive_endpoint(EndpointConfig::new("order-audit"))
+    ///     .start_background()?; // returns at once, broker or not
+    ///
+    /// match bus.publish(&OrderPlaced { id: 7 }).await {
+    ///     Ok(message_id) => println!("published {message_id}"),
+    ///     // Still no connection after 5 s: keep the message (e.g. in an outbox) and retry later.
+    ///     Err(e) if e.kind() == ErrorKind::NotConnected => eprintln!("broker down: {e}"),
+    ///     Err(e) => return Err(e),
+    /// }
+    ///
+    /// // Or wait for the connection explicitly.
+    /// let mut events = bus.events();
+    /// while !bus.is_connected() {
+    ///     if let Ok(Event::Connected { .. }) = events.recv().await {
+    ///         break;
+    ///     }
+    /// }
+    /// bus.stop().await;
+    /// # Ok(()) }
+    /// ```
+    pub fn start_background(self) -> Result<RabbitMqBus> {
+        let settings = self.settings?;
+        check_endpoints(&self.endpoints)?;
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+            RabbitMqError::new(
+                ErrorKind::Config,
+                "start_background must be called within a Tokio runtime",
+            )
+        })?;
+        let events = Events::new();
+        let connector = Connector::start_background(settings.clone(), events.clone(), &runtime);
+        let bus = RabbitMqBus::assemble(
+            &settings,
+            connector,
+            events,
+            self.shutdown_timeout,
+            self.delay_mode,
+        );
+        for endpoint in self.endpoints {
+            bus.spawn_endpoint(endpoint, false);
         }
         Ok(bus)
     }
@@ -227,6 +294,35 @@ impl std::fmt::Debug for RabbitMqBus {
 }
 
 impl RabbitMqBus {
+    fn assemble(
+        settings: &HostSettings,
+        connector: Arc<Connector>,
+        events: Events,
+        shutdown_timeout: Duration,
+        delay_mode: DelayMode,
+    ) -> Self {
+        let host = settings.host_address();
+        let factory = Arc::new(MessageFactory::new(host.clone()));
+        let publisher = Publisher::new(connector.clone());
+        let bus_queue = temporary_queue_name("bus");
+        RabbitMqBus {
+            inner: Arc::new(Inner {
+                address: format!("{}?temporary=true", host.entity_address(&bus_queue)),
+                bus_queue,
+                host,
+                connector,
+                publisher,
+                factory,
+                events,
+                stop: CancellationToken::new(),
+                tasks: Mutex::new(JoinSet::new()),
+                responses: tokio::sync::OnceCell::new(),
+                shutdown_timeout,
+                delay_mode,
+            }),
+        }
+    }
+
     /// A builder for the broker at `uri`.
     pub fn builder(uri: &str) -> RabbitMqBusBuilder {
         RabbitMqBusBuilder::new(uri)
@@ -313,11 +409,35 @@ impl RabbitMqBus {
         Ok(message.message_id)
     }
 
-    async fn spawn_endpoint(&self, endpoint: ReceiveEndpoint) -> oneshot::Receiver<Result<()>> {
-        let (ready, rx) = oneshot::channel();
+    /// Whether the bus has an open connection to the broker right now. False before the first
+    /// connection of a bus started with
+    /// [`start_background`](RabbitMqBusBuilder::start_background), while reconnecting, and after
+    /// [`stop`](Self::stop).
+    pub fn is_connected(&self) -> bool {
+        self.inner.connector.is_connected()
+    }
+
+    /// Spawns the endpoint's receive loop. With `report`, the outcome of its first setup comes
+    /// back on the receiver and a failed first setup ends the endpoint; without, a failed setup
+    /// is retried.
+    fn spawn_endpoint(
+        &self,
+        endpoint: ReceiveEndpoint,
+        report: bool,
+    ) -> Option<oneshot::Receiver<Result<()>>> {
+        let (ready, rx) = if report {
+            let (tx, rx) = oneshot::channel();
+            (Some(tx), Some(rx))
+        } else {
+            (None, None)
+        };
         let runner = self.runner(endpoint);
-        self.inner.tasks.lock().await.spawn(runner.run(ready));
+        self.tasks().spawn(runner.run(ready));
         rx
+    }
+
+    fn tasks(&self) -> std::sync::MutexGuard<'_, JoinSet<()>> {
+        self.inner.tasks.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     pub(crate) fn runner(&self, endpoint: ReceiveEndpoint) -> EndpointRunner {
@@ -366,7 +486,7 @@ impl RabbitMqBus {
     /// redeliver), outstanding confirms are awaited, and the connection is closed.
     pub async fn stop(&self) {
         self.inner.stop.cancel();
-        let mut tasks = std::mem::take(&mut *self.inner.tasks.lock().await);
+        let mut tasks = std::mem::take(&mut *self.tasks());
         while tasks.join_next().await.is_some() {}
         if let Some(responses) = self.inner.responses.get() {
             responses.stop();

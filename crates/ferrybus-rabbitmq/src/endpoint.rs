@@ -58,14 +58,15 @@ struct Session {
 }
 
 impl EndpointRunner {
-    /// Runs until stopped. `ready` gets the outcome of the first setup.
-    pub(crate) async fn run(self, ready: oneshot::Sender<Result<()>>) {
+    /// Runs until stopped. `ready` gets the outcome of the first setup (and a failed first setup
+    /// ends the endpoint); without it every failed setup is retried after a back-off.
+    pub(crate) async fn run(self, ready: Option<oneshot::Sender<Result<()>>>) {
         let this = Arc::new(self);
         let mut session = Session {
             limit: Arc::new(Semaphore::new(this.concurrency)),
             in_flight: JoinSet::new(),
             channels: Vec::new(),
-            ready: Some(ready),
+            ready,
         };
         let mut backoff = this.connector.backoff();
         loop {

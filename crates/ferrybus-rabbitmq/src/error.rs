@@ -98,6 +98,14 @@ impl RabbitMqError {
         Self::with_source(kind, what, error)
     }
 
+    /// The message and the cause, without the kind.
+    pub(crate) fn detail(&self) -> String {
+        match &self.source {
+            Some(source) => format!("{} ({source})", self.message),
+            None => self.message.clone(),
+        }
+    }
+
     /// The kind of failure.
     pub fn kind(&self) -> ErrorKind {
         self.kind

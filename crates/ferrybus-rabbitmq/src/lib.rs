@@ -13,7 +13,8 @@
 //!   go to `<queue>_skipped`; delayed redelivery through the delayed-message plugin or, without
 //!   it, TTL + dead-letter queues; see [`DelayMode`].
 //! * **Staying up**: a supervised connection re-opened with back-off; endpoints re-declare and
-//!   re-consume by themselves; graceful shutdown; [`Event`]s for every transition.
+//!   re-consume by themselves; graceful shutdown; [`Event`]s for every transition;
+//!   [`RabbitMqBusBuilder::start_background`] to start while the broker is down.
 //!
 //! # Example
 //!

@@ -8,12 +8,15 @@ use ferrybus_core::{BoxError, EndpointAddress, MessageSink, OutgoingMessage};
 
 use crate::connection::{Connector, Live, PublishTarget};
 use crate::convert::outgoing_properties;
-use crate::error::{ErrorKind, Result};
+use crate::error::{ErrorKind, RabbitMqError, Result};
 
 /// Delivers [`OutgoingMessage`]s to RabbitMQ: declares the destination exchange on first use
 /// (with the address's flags), declares and binds the queue for `bind=true` / `queue:` addresses,
 /// binds base-type exchanges for publishes, publishes with routing key `""`, and waits for the
-/// publisher confirm. While the connection is down it waits up to the publish timeout.
+/// publisher confirm. While the connection is down (including before the first connection of a
+/// bus started with [`start_background`](crate::RabbitMqBusBuilder::start_background)) it waits
+/// up to the publish timeout for one, then fails with
+/// [`ErrorKind::NotConnected`](crate::ErrorKind::NotConnected); it never waits forever.
 ///
 /// Get one from [`RabbitMqBus::sink`](crate::RabbitMqBus::sink), e.g. for an outbox relay:
 ///
@@ -42,11 +45,22 @@ impl Publisher {
     /// Sends one message and waits for the broker's confirm.
     pub async fn send(&self, message: &OutgoingMessage) -> Result<()> {
         let address = message.destination()?;
-        let live = self
-            .connector
-            .live(self.connector.publish_timeout())
-            .await?;
-        let result = Self::declare_and_publish(&live, &address, message).await;
+        let timeout = self.connector.publish_timeout();
+        let live = self.connector.live(timeout).await?;
+        // The confirm wait has its own deadline; this one also bounds opening the channel and
+        // declaring the destination, so a publish never hangs on a stalled connection.
+        let result =
+            tokio::time::timeout(timeout, Self::declare_and_publish(&live, &address, message))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(RabbitMqError::new(
+                        ErrorKind::Timeout,
+                        format!(
+                            "publishing to exchange {:?} took longer than {timeout:?}",
+                            address.name
+                        ),
+                    ))
+                });
         if result
             .as_ref()
             .is_err_and(|e| e.kind() == ErrorKind::Broker)

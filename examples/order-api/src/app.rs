@@ -1,10 +1,10 @@
-//! [`OrderApi`]: the HTTP server, the outbox delivery service and the background bus.
+//! [`OrderApi`]: the HTTP server, the outbox delivery service and the bus.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferrybus::rabbitmq::HostSettings;
+use ferrybus::rabbitmq::{HostSettings, RabbitMqBus};
 use ferrybus::sea_orm::{
     BackgroundHandle, BusOutbox, DeliveryConfig, Migrator, OutboxDeliveryService,
 };
@@ -13,7 +13,6 @@ use sea_orm::{ConnectOptions, Database};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::bus::BackgroundBus;
 use crate::config::Config;
 use crate::orders::{create_schema, router, AppState};
 
@@ -24,12 +23,12 @@ pub struct OrderApi {
     shutdown: oneshot::Sender<()>,
     server: JoinHandle<std::io::Result<()>>,
     delivery: BackgroundHandle,
-    bus: BackgroundBus,
+    bus: RabbitMqBus,
 }
 
 impl OrderApi {
-    /// Creates the tables, starts the bus in the background (RabbitMQ may be down), the outbox
-    /// delivery service, and the HTTP server on `config.addr`.
+    /// Creates the tables, starts the bus in the background (RabbitMQ may be down: it connects
+    /// when it can), the outbox delivery service, and the HTTP server on `config.addr`.
     pub async fn start(config: &Config) -> Result<Self, BoxError> {
         let mut options = ConnectOptions::new(config.database_url.as_str());
         options
@@ -46,10 +45,20 @@ impl OrderApi {
         let host = HostSettings::parse(&config.amqp_url)?.host_address();
         let outbox = BusOutbox::new(MessageFactory::new(host), config.storage.clone());
 
-        let bus = BackgroundBus::start(config);
+        let listener = tokio::net::TcpListener::bind(&config.addr).await?;
+        let addr = listener.local_addr()?;
+
+        // Returns at once; the bus connects (and reconnects) in the background. While RabbitMQ
+        // is unreachable a delivery waits up to the publish timeout, then fails; the delivery
+        // service backs off and tries again, and the rows wait in the outbox meanwhile.
+        let bus = RabbitMqBus::builder(&config.amqp_url)
+            .connection_name(config.connection_name.clone())
+            .connect_timeout(config.connect_timeout)
+            .publish_timeout(Duration::from_secs(10))
+            .start_background()?;
         let delivery = OutboxDeliveryService::new(
             db.clone(),
-            Arc::new(bus.sink(Duration::from_secs(5))),
+            Arc::new(bus.sink()),
             DeliveryConfig::new(config.storage.clone())
                 .retry_backoff(Duration::from_millis(500), Duration::from_secs(5)),
         )
@@ -60,8 +69,6 @@ impl OrderApi {
             outbox,
             schema: config.orders_schema.clone(),
         };
-        let listener = tokio::net::TcpListener::bind(&config.addr).await?;
-        let addr = listener.local_addr()?;
         let (shutdown, signal) = oneshot::channel::<()>();
         let serve = axum::serve(listener, router(state)).with_graceful_shutdown(async {
             let _ = signal.await;
@@ -82,9 +89,9 @@ impl OrderApi {
         self.addr
     }
 
-    /// Whether the bus has connected to RabbitMQ.
+    /// Whether the bus is connected to RabbitMQ right now.
     pub fn is_connected(&self) -> bool {
-        self.bus.get().is_some()
+        self.bus.is_connected()
     }
 
     /// Stops HTTP (requests in flight finish), the outbox delivery and the bus.

@@ -43,7 +43,8 @@ pub struct Config {
     pub storage: StorageConfig,
     /// The connection name the broker shows.
     pub connection_name: String,
-    /// How long one attempt to start the bus keeps trying before the next one.
+    /// The timeout of one attempt to connect to RabbitMQ (the bus keeps trying, with back-off,
+    /// until it connects).
     pub connect_timeout: Duration,
 }
 

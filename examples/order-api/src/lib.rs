@@ -13,7 +13,6 @@
 //! * `GET /orders/{id}` → `200` with the order, `404` if there is none, `400` for a bad id.
 
 pub mod app;
-pub mod bus;
 pub mod config;
 pub mod orders;
 
