@@ -437,3 +437,71 @@ async fn a_payload_that_does_not_fit_the_type_faults_without_retry() {
     assert!(moved.headers.get_i64("MT-Fault-RetryCount").is_none());
     harness.stop().await;
 }
+
+/// A layer that records when its service is entered, to check the pipeline order.
+#[derive(Clone)]
+struct Record {
+    name: &'static str,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl<S> tower::Layer<S> for Record {
+    type Service = Recorded<S>;
+    fn layer(&self, inner: S) -> Recorded<S> {
+        Recorded {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+#[derive(Clone)]
+struct Recorded<S> {
+    inner: S,
+    layer: Record,
+}
+
+impl<S> tower::Service<ferrybus_core::ConsumeRequest> for Recorded<S>
+where
+    S: tower::Service<ferrybus_core::ConsumeRequest, Response = (), Error = ConsumeError>,
+{
+    type Response = ();
+    type Error = ConsumeError;
+    type Future = S::Future;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), ConsumeError>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: ferrybus_core::ConsumeRequest) -> Self::Future {
+        let entry = format!("{}#{}", self.layer.name, request.attempt());
+        self.layer.log.lock().unwrap().push(entry);
+        self.inner.call(request)
+    }
+}
+
+#[tokio::test]
+async fn retry_wraps_the_layers_in_the_order_they_were_added() {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let record = |name| Record {
+        name,
+        log: log.clone(),
+    };
+    let (consumer, attempts) = flaky(1);
+    let harness = TestHarness::start([EndpointConfig::new("billing")
+        .retry(RetryPolicy::immediate(1))
+        .layer(record("outer"))
+        .layer(record("inner"))
+        .consumer(consumer)]);
+    let id = harness.publish(&order()).await.unwrap();
+    harness.consumed(id).await.unwrap();
+    assert_eq!(attempts.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        *log.lock().unwrap(),
+        ["outer#0", "inner#0", "outer#1", "inner#1"]
+    );
+    harness.stop().await;
+}
