@@ -94,6 +94,13 @@ struct Args {
     /// Messages in the in-process micro-benchmark.
     #[arg(long, default_value_t = 20_000)]
     micro_messages: usize,
+    /// ferrybus consumer outbox: `InboxConfig::async_delivered_commit(true)` (the transaction
+    /// that records "sent" after commit does not wait for the WAL flush).
+    #[arg(long)]
+    async_delivered_commit: bool,
+    /// Relay: `DeliveryConfig::outboxes_per_claim` (default: the crate's default).
+    #[arg(long)]
+    relay_outboxes_per_claim: Option<u64>,
     /// Tiny counts of every scenario, for CI: checks that every message was processed.
     #[arg(long)]
     smoke: bool,

@@ -209,6 +209,8 @@ pub(crate) async fn run_all(args: Args) -> ExitCode {
             "relay_writers": args.relay_writers,
             "memory_backlog": args.memory_backlog,
             "micro_messages": args.micro_messages,
+            "async_delivered_commit": args.async_delivered_commit,
+            "relay_outboxes_per_claim": args.relay_outboxes_per_claim,
         }),
         rows,
         details: Value::Object(lock(&bench.details).clone()),

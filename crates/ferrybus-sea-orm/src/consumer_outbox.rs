@@ -10,7 +10,8 @@ use crate::error::StoreError;
 use crate::send::{send_in_order, SendOutcome};
 use crate::sql::{message_values, read_message, stmt, Sql, StoredRow, MESSAGE_VALUE_COUNT};
 
-/// PostgreSQL accepts at most 65 535 bind parameters per statement.
+/// PostgreSQL accepts at most 65 535 bind parameters per statement (2 key values, the messages'
+/// values and one timestamp).
 const MAX_ROWS_PER_INSERT: usize = 65_535 / MESSAGE_VALUE_COUNT - 1;
 
 /// The inbox key: (original message id, consumer id).
@@ -44,18 +45,26 @@ impl RowState {
     }
 }
 
-/// Locks the inbox row (`FOR UPDATE`); `None` when it does not exist.
+/// Locks the inbox row (`FOR UPDATE`); `None` when it does not exist. `async_commit` also
+/// turns off `synchronous_commit` for the rest of this transaction (same statement).
 pub(crate) async fn lock(
     db: &impl ConnectionTrait,
     sql: &Sql,
     key: InboxKey,
+    async_commit: bool,
 ) -> Result<Option<RowState>, StoreError> {
-    let row = db.query_one(stmt(&sql.inbox_lock, key.values())).await?;
+    let statement = if async_commit {
+        &sql.inbox_lock_async_commit
+    } else {
+        &sql.inbox_lock
+    };
+    let row = db.query_one(stmt(statement, key.values())).await?;
     row.as_ref().map(RowState::read).transpose()
 }
 
-/// Inserts the consumer's messages (one multi-row INSERT per 4 000 messages); returns their
-/// sequence numbers in order.
+/// Inserts the consumer's messages (one multi-row INSERT per 4 000 messages) and, in the same
+/// statement, marks the inbox row consumed and not delivered; returns their sequence numbers in
+/// order.
 pub(crate) async fn insert(
     db: &impl ConnectionTrait,
     sql: &Sql,
@@ -63,13 +72,20 @@ pub(crate) async fn insert(
     messages: &[OutgoingMessage],
 ) -> Result<Vec<i64>, StoreError> {
     let mut seqs = Vec::with_capacity(messages.len());
-    for chunk in messages.chunks(MAX_ROWS_PER_INSERT) {
+    for (i, chunk) in messages.chunks(MAX_ROWS_PER_INSERT).enumerate() {
+        let mark_pending = i == 0;
         let mut values: Vec<Value> = key.values().into();
         for message in chunk {
             values.extend(message_values(message)?);
         }
+        if mark_pending {
+            values.push(Value::ChronoDateTimeUtc(Some(Box::new(Utc::now()))));
+        }
         let rows = db
-            .query_all(stmt(&sql.insert_inbox_messages(chunk.len()), values))
+            .query_all(stmt(
+                &sql.insert_inbox_messages(chunk.len(), mark_pending),
+                values,
+            ))
             .await?;
         for row in rows {
             seqs.push(row.try_get::<i64>("", "seq")?);
@@ -93,13 +109,15 @@ pub(crate) async fn load(
 
 /// Sends `rows` and records the result on the locked inbox row: all sent → `Delivered` set and
 /// the rows deleted; a failure → progress (`LastSequenceNumber`) kept and the error returned.
-/// Does not commit.
+/// `pipelined` starts every send in order and awaits the confirms together (see
+/// [`send_in_order`]: only for sinks that keep publish order). Does not commit.
 pub(crate) async fn deliver(
     db: &impl ConnectionTrait,
     sql: &Sql,
     sink: &SharedSink,
     key: InboxKey,
     rows: Vec<StoredRow>,
+    pipelined: bool,
     source: &'static str,
 ) -> Result<usize, StoreError> {
     let last = rows.last().map(|r| r.seq);
@@ -107,7 +125,7 @@ pub(crate) async fn deliver(
         processed_upto,
         sent,
         error,
-    } = send_in_order(sink, rows, false, source).await;
+    } = send_in_order(sink, rows, pipelined, source).await;
     match error {
         None => {
             finish(db, &sql.inbox_delivered, key, last).await?;

@@ -1,7 +1,8 @@
 //! Sending outbox rows through a sink, in sequence order.
 
 use ferrybus_core::{BoxError, SharedSink};
-use futures::future::join_all;
+use futures::stream::{FuturesOrdered, StreamExt};
+use futures::FutureExt;
 
 use crate::sql::StoredRow;
 use crate::telemetry::{OUTBOX_SEND_FAILURES_TOTAL, OUTBOX_SENT_TOTAL};
@@ -21,6 +22,11 @@ pub(crate) struct SendOutcome {
 /// Sends `rows` (sorted by sequence number) through `sink`. In order, awaiting each
 /// confirmation; or, `pipelined`, starting every send in order and awaiting them together (only
 /// for transports that keep publish order, as one RabbitMQ channel does).
+///
+/// Pipelined, each send is started (polled for the first time) before the next one is created,
+/// so the sink sees them in sequence order; results that are already in are looked at between
+/// starts, so a send that fails at once (a closed channel) stops the rest from being started.
+/// Sends started before a failure was seen are awaited, and count as not sent.
 pub(crate) async fn send_in_order(
     sink: &SharedSink,
     rows: Vec<StoredRow>,
@@ -29,11 +35,25 @@ pub(crate) async fn send_in_order(
 ) -> SendOutcome {
     let mut outcome = SendOutcome::default();
     if pipelined {
-        let seqs: Vec<(i64, bool)> = rows.iter().map(|r| (r.seq, r.message.is_some())).collect();
-        let results = join_all(rows.into_iter().map(|row| send_row(sink, row))).await;
-        for ((seq, has_message), result) in seqs.into_iter().zip(results) {
-            if !record(&mut outcome, seq, has_message, result, source) {
+        let mut in_flight = FuturesOrdered::new();
+        let mut failed = false;
+        for row in rows {
+            let (seq, has_message) = (row.seq, row.message.is_some());
+            in_flight.push_back(async move { (seq, has_message, send_row(sink, row).await) });
+            // Starts the send just pushed, and takes the results that are in, in order.
+            while let Some(Some((seq, has_message, result))) = in_flight.next().now_or_never() {
+                if !record(&mut outcome, seq, has_message, result, source) {
+                    failed = true;
+                    break;
+                }
+            }
+            if failed {
                 break;
+            }
+        }
+        while let Some((seq, has_message, result)) = in_flight.next().await {
+            if !failed && !record(&mut outcome, seq, has_message, result, source) {
+                failed = true;
             }
         }
     } else {

@@ -9,13 +9,14 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, Value};
 
 use crate::consumer_outbox::{self, InboxKey};
 use crate::error::StoreError;
-use crate::sql::{begin_read_committed, stmt, Sql};
+use crate::sql::{stmt, Begin, Sql};
 
 /// Claims up to `batch` inbox rows consumed more than `age` ago and not delivered (skipping rows
 /// a delivery holds), sends their remaining messages, marks them delivered and deletes the
 /// rows, in one transaction. Returns how many entries were completed.
 pub(crate) async fn sweep(
     db: &DatabaseConnection,
+    begin: &Begin,
     sql: &Sql,
     sink: &SharedSink,
     age: Duration,
@@ -23,7 +24,7 @@ pub(crate) async fn sweep(
 ) -> Result<usize, StoreError> {
     let before = Utc::now() - chrono::Duration::from_std(age).unwrap_or(chrono::Duration::zero());
     let limit = i64::try_from(batch).unwrap_or(i64::MAX);
-    let txn = begin_read_committed(db).await?;
+    let txn = begin.read_committed(db).await?;
     let values = [
         Value::ChronoDateTimeUtc(Some(Box::new(before))),
         limit.into(),
@@ -37,7 +38,7 @@ pub(crate) async fn sweep(
         };
         let after: Option<i64> = row.try_get("", "last_sequence_number")?;
         let rows = consumer_outbox::load(&txn, sql, key, after).await?;
-        match consumer_outbox::deliver(&txn, sql, sink, key, rows, "sweeper").await {
+        match consumer_outbox::deliver(&txn, sql, sink, key, rows, false, "sweeper").await {
             Ok(sent) => {
                 completed += 1;
                 tracing::info!(

@@ -2,13 +2,14 @@
 
 use std::collections::HashMap;
 
+use futures::future::join_all;
 use sea_orm::{ConnectionTrait, DatabaseTransaction};
 use uuid::Uuid;
 
 use crate::delivery::OutboxDeliveryService;
 use crate::error::StoreError;
 use crate::send::send_in_order;
-use crate::sql::{begin_read_committed, int_array, read_message, stmt, uuid_array, StoredRow};
+use crate::sql::{int_array, read_message, stmt, uuid_array, StoredRow};
 use crate::telemetry::{timed, OUTBOX_STAGE_SECONDS as STAGE};
 
 /// What one pass did.
@@ -22,12 +23,41 @@ pub(crate) struct BatchOutcome {
     pub(crate) sent: usize,
 }
 
-/// What to write back after sending.
+/// What sending one claimed outbox achieved, and what to write back for it.
+#[derive(Debug, PartialEq, Eq)]
+enum OutboxResult {
+    /// Every message sent (or the outbox was already delivered): delete its rows and state.
+    Complete { sent: usize },
+    /// The pass's share sent, more remain: delete the sent rows, record progress.
+    Partial { sent: usize, seqs: Vec<i64> },
+    /// A send failed; the rows up to the failure (if any) were sent.
+    Failed { sent: usize, seqs: Vec<i64> },
+}
+
+/// What to write back after sending, gathered from the per-outbox results.
 #[derive(Default)]
 struct Results {
     complete: Vec<Uuid>,
     sent_seqs: Vec<i64>,
     progress: Vec<(Uuid, i64)>,
+}
+
+impl Results {
+    fn add(&mut self, id: Uuid, result: OutboxResult, outcome: &mut BatchOutcome) {
+        match result {
+            OutboxResult::Complete { sent } => {
+                outcome.sent += sent;
+                self.complete.push(id);
+            }
+            OutboxResult::Partial { sent, seqs } | OutboxResult::Failed { sent, seqs } => {
+                outcome.sent += sent;
+                if let Some(last) = seqs.last() {
+                    self.progress.push((id, *last));
+                }
+                self.sent_seqs.extend(seqs);
+            }
+        }
+    }
 }
 
 struct Claimed {
@@ -37,7 +67,7 @@ struct Claimed {
 
 impl OutboxDeliveryService {
     pub(crate) async fn deliver_batch(&self) -> Result<BatchOutcome, StoreError> {
-        let txn = begin_read_committed(&self.db).await?;
+        let txn = self.begin.read_committed(&self.db).await?;
         let claimed = timed(STAGE, "claim", self.claim(&txn)).await?;
         if claimed.is_empty() {
             txn.commit().await?;
@@ -49,16 +79,26 @@ impl OutboxDeliveryService {
             claimed: claimed.len(),
             ..BatchOutcome::default()
         };
-        let mut results = Results::default();
-        for outbox in claimed {
+        // Outboxes are independent: send them concurrently, each strictly in order.
+        let sends = claimed.into_iter().map(|outbox| {
             let outbox_rows = rows.remove(&outbox.outbox_id).unwrap_or_default();
-            if outbox.delivered {
-                // Delivered by a .NET pass that did not get to delete it: remove it.
-                results.complete.push(outbox.outbox_id);
-                continue;
+            async move {
+                let result = if outbox.delivered {
+                    // Delivered by a .NET pass that did not get to delete it: remove it.
+                    OutboxResult::Complete { sent: 0 }
+                } else {
+                    self.send_outbox(outbox.outbox_id, outbox_rows).await
+                };
+                (outbox.outbox_id, result)
             }
-            self.send_outbox(outbox.outbox_id, outbox_rows, &mut results, &mut outcome)
-                .await;
+        });
+        let sent = timed(STAGE, "send", join_all(sends)).await;
+        let mut results = Results::default();
+        for (id, result) in sent {
+            if matches!(result, OutboxResult::Failed { .. }) {
+                outcome.failed += 1;
+            }
+            results.add(id, result, &mut outcome);
         }
         timed(STAGE, "finish", self.finish(&txn, &results)).await?;
         timed(STAGE, "commit", txn.commit()).await?;
@@ -106,31 +146,27 @@ impl OutboxDeliveryService {
         Ok(grouped)
     }
 
-    async fn send_outbox(
-        &self,
-        id: Uuid,
-        mut rows: Vec<StoredRow>,
-        results: &mut Results,
-        outcome: &mut BatchOutcome,
-    ) {
+    /// Sends one outbox's rows of this pass in sequence order (pipelined when configured) and
+    /// records success or failure in the back-off.
+    async fn send_outbox(&self, id: Uuid, mut rows: Vec<StoredRow>) -> OutboxResult {
         let limit = usize::try_from(self.config.messages_per_outbox).unwrap_or(usize::MAX);
         let complete = rows.len() <= limit;
         rows.truncate(limit);
         let seqs: Vec<i64> = rows.iter().map(|r| r.seq).collect();
-        let sent = send_in_order(&self.sink, rows, self.config.pipelined, "bus").await;
-        outcome.sent += sent.sent;
-        match (sent.error, complete) {
+        let outcome = send_in_order(&self.sink, rows, self.config.pipelined, "bus").await;
+        match (outcome.error, complete) {
             (None, true) => {
                 self.backoff.succeeded(id);
-                results.complete.push(id);
+                OutboxResult::Complete { sent: outcome.sent }
             }
             (None, false) => {
                 self.backoff.succeeded(id);
-                results.sent_seqs.extend(&seqs);
-                results.progress.push((id, *seqs.last().unwrap_or(&0)));
+                OutboxResult::Partial {
+                    sent: outcome.sent,
+                    seqs,
+                }
             }
             (Some(error), _) => {
-                outcome.failed += 1;
                 let delay = self.backoff.failed(id);
                 tracing::warn!(
                     target: "ferrybus::outbox",
@@ -139,11 +175,13 @@ impl OutboxDeliveryService {
                     retry_in = ?delay,
                     "sending an outbox message failed; backing off this outbox"
                 );
-                if let Some(upto) = sent.processed_upto {
-                    results
-                        .sent_seqs
-                        .extend(seqs.iter().filter(|s| **s <= upto));
-                    results.progress.push((id, upto));
+                let seqs = match outcome.processed_upto {
+                    Some(upto) => seqs.into_iter().filter(|s| *s <= upto).collect(),
+                    None => Vec::new(),
+                };
+                OutboxResult::Failed {
+                    sent: outcome.sent,
+                    seqs,
                 }
             }
         }

@@ -9,12 +9,13 @@ use std::time::Duration;
 
 use ferrybus_core::SharedSink;
 use sea_orm::DatabaseConnection;
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::background::{sleep_or_cancel, BackgroundHandle};
 use crate::config::StorageConfig;
 use crate::error::StoreError;
+use crate::sql::Begin;
 use crate::sweeper;
 
 use backoff::Backoff;
@@ -47,15 +48,16 @@ pub struct DeliveryConfig {
 }
 
 impl DeliveryConfig {
-    /// Defaults: poll every 1 s (besides `LISTEN`), 4 workers, 16 outboxes per claim, 100
-    /// messages per outbox and pass, sequential sends, back-off 1 s doubling to 60 s, and a
-    /// sweeper for consumer-outbox rows stranded for 5 minutes (checked every 30 s).
+    /// Defaults: poll every 1 s (besides `LISTEN`), 4 workers, 64 outboxes per claim, 100
+    /// messages per outbox and pass, pipelined sends (see [`DeliveryConfig::pipelined`]),
+    /// back-off 1 s doubling to 60 s, and a sweeper for consumer-outbox rows stranded for 5
+    /// minutes (checked every 30 s).
     pub fn new(storage: StorageConfig) -> Self {
         Self {
             storage,
             poll_interval: Duration::from_secs(1),
             workers: 4,
-            outboxes_per_claim: 16,
+            outboxes_per_claim: 64,
             messages_per_outbox: 100,
             pipelined: false,
             backoff_initial: Duration::from_secs(1),
@@ -73,12 +75,17 @@ impl DeliveryConfig {
     }
 
     /// How many workers claim outboxes concurrently (each uses one connection while sending).
+    /// Only the first waits for `NOTIFY`; it wakes another worker whenever it claims a full
+    /// batch (and that one the next), so a burst brings in every worker and a trickle just one.
     pub fn workers(mut self, workers: usize) -> Self {
         self.workers = workers.max(1);
         self
     }
 
-    /// How many outboxes one worker claims per transaction.
+    /// How many outboxes one worker claims per transaction (default 64). Their sends run
+    /// concurrently, so a larger claim amortises the pass's fixed SQL (begin, claim, load,
+    /// delete, commit) over more messages; the rows of a claim stay locked until its pass
+    /// commits.
     pub fn outboxes_per_claim(mut self, count: u64) -> Self {
         self.outboxes_per_claim = count.max(1);
         self
@@ -90,9 +97,13 @@ impl DeliveryConfig {
         self
     }
 
-    /// Starts every send of an outbox's pass in order and awaits the confirms together. Only
-    /// for sinks that keep publish order (one RabbitMQ channel does). After a failure, later
-    /// messages of that outbox may have gone out before it: they are sent again.
+    /// Starts every send of an outbox's pass in order and awaits the confirms together; by
+    /// default (`false`) each confirm is awaited before the next send. Pipelining requires a sink
+    /// that keeps publish order for sends started one after another, including the first send to
+    /// a destination it still has to declare — verify that for your transport before turning it
+    /// on. After a failure, later messages of that outbox may have gone out before
+    /// it: they are sent again. The outboxes of one claim are always sent concurrently (they are
+    /// independent); the messages of one outbox always in sequence order.
     pub fn pipelined(mut self, enabled: bool) -> Self {
         self.pipelined = enabled;
         self
@@ -147,6 +158,7 @@ pub struct OutboxDeliveryService {
     pub(crate) sink: SharedSink,
     pub(crate) config: DeliveryConfig,
     pub(crate) backoff: Arc<Backoff>,
+    pub(crate) begin: Arc<Begin>,
 }
 
 impl std::fmt::Debug for OutboxDeliveryService {
@@ -166,6 +178,7 @@ impl OutboxDeliveryService {
             sink,
             config,
             backoff,
+            begin: Arc::new(Begin::new()),
         }
     }
 
@@ -182,10 +195,16 @@ impl OutboxDeliveryService {
             wake.clone(),
             cancel.clone(),
         )));
-        for _ in 0..self.config.workers {
-            tasks.push(tokio::spawn(
-                self.clone().work(wake.subscribe(), cancel.clone()),
-            ));
+        let assist = Arc::new(Notify::new());
+        for index in 0..self.config.workers {
+            // Only the first worker waits for NOTIFY: one notification wakes one worker per
+            // instance, not all of them (they would mostly claim nothing, SKIP LOCKED).
+            let wake = (index == 0).then(|| wake.subscribe());
+            tasks.push(tokio::spawn(self.clone().work(
+                wake,
+                assist.clone(),
+                cancel.clone(),
+            )));
         }
         if self.config.sweep_after.is_some() {
             tasks.push(tokio::spawn(self.clone().sweep_loop(cancel.clone())));
@@ -208,6 +227,7 @@ impl OutboxDeliveryService {
             .unwrap_or(Duration::from_secs(300));
         sweeper::sweep(
             &self.db,
+            &self.begin,
             self.config.storage.sql(),
             &self.sink,
             age,
@@ -216,19 +236,42 @@ impl OutboxDeliveryService {
         .await
     }
 
-    async fn work(self, mut wake: watch::Receiver<u64>, cancel: CancellationToken) {
+    /// One worker. `wake` (the first worker only) follows the `LISTEN` notifications; every
+    /// worker also answers `assist` (a worker that claimed a full batch asks for help) and the
+    /// poll interval.
+    async fn work(
+        self,
+        mut wake: Option<watch::Receiver<u64>>,
+        assist: Arc<Notify>,
+        cancel: CancellationToken,
+    ) {
         let mut error_delay = self.config.backoff_initial;
+        let full = usize::try_from(self.config.outboxes_per_claim).unwrap_or(usize::MAX);
         while !cancel.is_cancelled() {
-            wake.borrow_and_update();
+            if let Some(wake) = wake.as_mut() {
+                wake.borrow_and_update();
+            }
             match self.deliver_batch().await {
-                Ok(outcome) if outcome.claimed > 0 && outcome.failed < outcome.claimed => {}
+                Ok(outcome) if outcome.claimed > 0 && outcome.failed < outcome.claimed => {
+                    if outcome.claimed >= full {
+                        // More is probably waiting: bring in one more worker.
+                        assist.notify_one();
+                    }
+                }
                 Ok(outcome) if outcome.claimed > 0 => {
                     sleep_or_cancel(self.config.backoff_initial, &cancel).await;
                 }
                 Ok(_) => {
+                    let notified = async {
+                        match wake.as_mut() {
+                            Some(wake) => wake.changed().await.is_ok(),
+                            None => std::future::pending().await,
+                        }
+                    };
                     tokio::select! {
                         _ = cancel.cancelled() => {}
-                        _ = wake.changed() => {}
+                        _ = notified => {}
+                        _ = assist.notified() => {}
                         _ = tokio::time::sleep(self.config.poll_interval) => {}
                     }
                 }

@@ -34,6 +34,8 @@ enum ConsumerIdSource {
 pub struct InboxConfig {
     storage: StorageConfig,
     consumer_ids: HashMap<String, ConsumerIdSource>,
+    pipelined: bool,
+    async_delivered_commit: bool,
 }
 
 impl InboxConfig {
@@ -42,6 +44,8 @@ impl InboxConfig {
         Self {
             storage,
             consumer_ids: HashMap::new(),
+            pipelined: false,
+            async_delivered_commit: false,
         }
     }
 
@@ -81,6 +85,42 @@ impl InboxConfig {
         };
         self.consumer_ids.insert(consumer.into(), source);
         self
+    }
+
+    /// After the consumer's transaction commits, start sending all of its messages in order and
+    /// await the broker's confirms together, instead of awaiting each confirm before the next
+    /// send (the default). Only for transports that keep publish order for sends started one
+    /// after another, including first sends to destinations still to be declared — verify that
+    /// for your transport before turning it on. After a failed send, later messages of the same
+    /// delivery may have gone out already: they are sent again with the rest.
+    pub fn pipelined(mut self, enabled: bool) -> Self {
+        self.pipelined = enabled;
+        self
+    }
+
+    /// Whether sends after commit are pipelined (see [`InboxConfig::pipelined`]).
+    pub fn is_pipelined(&self) -> bool {
+        self.pipelined
+    }
+
+    /// Commits the short transaction that records "sent" after commit (inbox row `Delivered`,
+    /// consumer-outbox rows deleted) with `synchronous_commit = off` (set in the statement that
+    /// locks the row: no extra round trip). Off by default.
+    ///
+    /// The consumer's own transaction (its writes, the inbox row, its messages) stays a normal
+    /// durable commit; only the bookkeeping after sending stops waiting for the WAL flush. If
+    /// PostgreSQL crashes within a few hundred milliseconds of such a commit, the row may come
+    /// back as consumed and not delivered with its messages still stored: they are sent again
+    /// (by a redelivered copy or the sweeper), the same duplicate an application crash between
+    /// send and mark already produces. Delivery stays at-least-once; nothing is lost.
+    pub fn async_delivered_commit(mut self, enabled: bool) -> Self {
+        self.async_delivered_commit = enabled;
+        self
+    }
+
+    /// Whether [`InboxConfig::async_delivered_commit`] is on.
+    pub fn is_async_delivered_commit(&self) -> bool {
+        self.async_delivered_commit
     }
 
     /// The storage settings.

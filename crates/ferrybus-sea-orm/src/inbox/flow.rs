@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use chrono::Utc;
 use ferrybus_core::{ConsumeError, ConsumeRequest, OutgoingMessage, SharedSink};
-use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction};
+use sea_orm::{ConnectionTrait, DatabaseTransaction};
 use tower::{Service, ServiceExt};
 use tracing::Instrument;
 use uuid::Uuid;
@@ -14,7 +14,7 @@ use crate::error::{StoreError, StoreErrorKind};
 use crate::inbox::context::InboxTransaction;
 use crate::inbox::layer::Shared;
 use crate::inbox::sink::CaptureSink;
-use crate::sql::{begin_read_committed, stmt, Sql, StoredRow};
+use crate::sql::{stmt, Sql, StoredRow};
 use crate::telemetry::{
     timed, INBOX_DUPLICATES_TOTAL, INBOX_RECOVERED_TOTAL, INBOX_STAGE_SECONDS as STAGE,
 };
@@ -22,8 +22,10 @@ use crate::telemetry::{
 /// What the inbox row says to do with this delivery.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Claim {
-    /// Not consumed yet: run the consumer.
-    Run,
+    /// Not consumed yet: run the consumer. `inserted`: this transaction wrote the row, already
+    /// marked consumed and delivered (see `Sql::inbox_insert`); otherwise it is an older row with
+    /// `Consumed` NULL (written by .NET or an earlier ferrybus) that still has to be marked.
+    Run { inserted: bool },
     /// Consumed, not delivered: send what is left from `after` on, then finish.
     Recover { after: Option<i64> },
     /// Consumed and delivered: a duplicate.
@@ -71,7 +73,7 @@ where
     S::Future: Send,
 {
     let sql = shared.config.storage().sql();
-    let txn = timed(STAGE, "begin", begin_read_committed(&shared.db))
+    let txn = timed(STAGE, "begin", shared.begin.read_committed(&shared.db))
         .await
         .map_err(StoreError::into_consume_error)?;
     let claim = match timed(STAGE, "claim", claim(&txn, sql, key)).await {
@@ -79,7 +81,7 @@ where
         Err(error) => return Err(rollback(txn, error).await),
     };
     match claim {
-        Claim::Run => consume(&shared, inner, request, key, txn).await,
+        Claim::Run { inserted } => consume(&shared, inner, request, key, inserted, txn).await,
         Claim::Duplicate => duplicate(&request, key, txn).await,
         Claim::Recover { after } => {
             // The consumer does not run again: from its point of view this copy is a duplicate.
@@ -117,7 +119,7 @@ async fn claim(txn: &DatabaseTransaction, sql: &Sql, key: InboxKey) -> Result<Cl
             .rows_affected()
             == 1
         {
-            return Ok(Claim::Run);
+            return Ok(Claim::Run { inserted: true });
         }
         let relock = [
             key.message_id.into(),
@@ -127,7 +129,7 @@ async fn claim(txn: &DatabaseTransaction, sql: &Sql, key: InboxKey) -> Result<Cl
         if let Some(row) = txn.query_one(stmt(&sql.inbox_relock, relock)).await? {
             let state = RowState::read(&row)?;
             return Ok(match (state.consumed, state.delivered) {
-                (false, _) => Claim::Run,
+                (false, _) => Claim::Run { inserted: false },
                 (true, false) => Claim::Recover {
                     after: state.last_sequence_number,
                 },
@@ -172,6 +174,7 @@ async fn consume<S>(
     mut inner: S,
     mut request: ConsumeRequest,
     key: InboxKey,
+    inserted: bool,
     txn: DatabaseTransaction,
 ) -> Result<(), ConsumeError>
 where
@@ -202,7 +205,13 @@ where
         let _ = txn.rollback().await;
         return Err(error);
     }
-    let seqs = match timed(STAGE, "outbox_write", write(&txn, sql, key, &messages)).await {
+    let seqs = match timed(
+        STAGE,
+        "outbox_write",
+        write(&txn, sql, key, inserted, &messages),
+    )
+    .await
+    {
         Ok(seqs) => seqs,
         Err(error) => return Err(rollback(txn, error).await),
     };
@@ -224,57 +233,59 @@ where
     timed(
         STAGE,
         "deliver",
-        deliver_after_commit(&shared.db, sql, &transport, key, rows),
+        deliver_after_commit(shared, &transport, key, rows),
     )
     .await
     .map_err(StoreError::into_consume_error)
 }
 
-/// Writes the outbox rows (one statement) and marks the inbox row consumed (and delivered
-/// when nothing was published).
+/// Writes the outbox rows and marks the inbox row consumed, not delivered (one statement);
+/// nothing at all when the consumer published nothing and this transaction inserted the row
+/// (it is already consumed and delivered); an older unconsumed row is marked consumed and
+/// delivered.
 async fn write(
     txn: &DatabaseTransaction,
     sql: &Sql,
     key: InboxKey,
+    inserted: bool,
     messages: &[OutgoingMessage],
 ) -> Result<Vec<i64>, StoreError> {
-    let seqs = if messages.is_empty() {
-        Vec::new()
-    } else {
-        consumer_outbox::insert(txn, sql, key, messages).await?
-    };
-    let statement = if messages.is_empty() {
-        &sql.inbox_consumed_delivered
-    } else {
-        &sql.inbox_consumed
-    };
-    let now = sea_orm::Value::ChronoDateTimeUtc(Some(Box::new(Utc::now())));
-    txn.execute(stmt(
-        statement,
-        [key.message_id.into(), key.consumer_id.into(), now],
-    ))
-    .await?;
-    Ok(seqs)
+    if !messages.is_empty() {
+        return consumer_outbox::insert(txn, sql, key, messages).await;
+    }
+    if !inserted {
+        let now = sea_orm::Value::ChronoDateTimeUtc(Some(Box::new(Utc::now())));
+        txn.execute(stmt(
+            &sql.inbox_consumed_delivered,
+            [key.message_id.into(), key.consumer_id.into(), now],
+        ))
+        .await?;
+    }
+    Ok(Vec::new())
 }
 
-/// Sends the committed rows under the inbox row lock, so a concurrent copy of the message
-/// either waits for this to finish or (having taken the lock first) delivers them itself.
+/// Sends the committed rows (already in memory) under the inbox row lock, so a concurrent copy
+/// of the message either waits for this to finish or (having taken the lock first) delivers
+/// them itself: `BEGIN`, lock + state (one statement), send, delete + mark delivered (one
+/// statement), `COMMIT`.
 async fn deliver_after_commit(
-    db: &DatabaseConnection,
-    sql: &Sql,
+    shared: &Shared,
     sink: &SharedSink,
     key: InboxKey,
     rows: Vec<StoredRow>,
 ) -> Result<(), StoreError> {
-    let txn = begin_read_committed(db).await?;
-    let state = consumer_outbox::lock(&txn, sql, key).await?;
+    let sql = shared.config.storage().sql();
+    let txn = shared.begin.read_committed(&shared.db).await?;
+    let async_commit = shared.config.is_async_delivered_commit();
+    let state = consumer_outbox::lock(&txn, sql, key, async_commit).await?;
     let Some(state) = state.filter(|s| !s.delivered) else {
         txn.commit().await?;
         return Ok(());
     };
     let after = state.last_sequence_number.unwrap_or(0);
     let rows = rows.into_iter().filter(|r| r.seq > after).collect();
-    let result = consumer_outbox::deliver(&txn, sql, sink, key, rows, "consumer").await;
+    let pipelined = shared.config.is_pipelined();
+    let result = consumer_outbox::deliver(&txn, sql, sink, key, rows, pipelined, "consumer").await;
     txn.commit().await?;
     result.map(drop)
 }
@@ -295,7 +306,7 @@ async fn recover(
         "message already consumed; delivering its remaining outbox messages"
     );
     metrics::counter!(INBOX_RECOVERED_TOTAL).increment(1);
-    let result = consumer_outbox::deliver(&txn, sql, sink, key, rows, "consumer").await;
+    let result = consumer_outbox::deliver(&txn, sql, sink, key, rows, false, "consumer").await;
     txn.commit().await?;
     result.map(drop)
 }

@@ -6,6 +6,7 @@ use sea_orm::DatabaseConnection;
 use tower::Layer;
 
 use crate::inbox::{Inbox, InboxConfig};
+use crate::sql::Begin;
 
 /// The inbox + consumer outbox as a tower layer. Add it with `EndpointConfig::layer`; put it
 /// inside retry (retry is always outermost), so each attempt gets a new transaction.
@@ -29,13 +30,18 @@ pub struct InboxLayer {
 pub(crate) struct Shared {
     pub(crate) db: DatabaseConnection,
     pub(crate) config: InboxConfig,
+    pub(crate) begin: Begin,
 }
 
 impl InboxLayer {
     /// An inbox using connections from `db` (one per message being consumed).
     pub fn new(db: DatabaseConnection, config: InboxConfig) -> Self {
         Self {
-            shared: Arc::new(Shared { db, config }),
+            shared: Arc::new(Shared {
+                db,
+                config,
+                begin: Begin::new(),
+            }),
         }
     }
 }

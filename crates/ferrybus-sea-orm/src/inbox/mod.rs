@@ -1,14 +1,18 @@
 //! The inbox and consumer outbox: one READ COMMITTED transaction per delivery.
 //!
 //! ```text
-//! BEGIN ─ INSERT inbox row ON CONFLICT DO NOTHING ─┬─ inserted ─────────────▶ run consumer
-//!                                                  └─ exists: lock (UPDATE) ─┬─ not consumed ▶ run consumer
-//!                                                                            ├─ consumed, not delivered ▶ send rest, finish
-//!                                                                            └─ delivered ▶ duplicate: ack
-//! run consumer ─ Err ▶ ROLLBACK (nothing happened)
-//!              └ Ok  ▶ INSERT outbox rows (one statement) ─ set Consumed (+ Delivered if none) ─ COMMIT
-//! after COMMIT, if it published: BEGIN ─ lock inbox row ─ send in order ─ set Delivered,
-//!                                 delete rows ─ COMMIT ─ ack
+//! BEGIN ─ INSERT inbox row (consumed = delivered = now) ON CONFLICT DO NOTHING
+//!         ─┬─ inserted ─────────────▶ run consumer
+//!          └─ exists: lock (UPDATE) ─┬─ not consumed ▶ run consumer (older row: marked afterwards)
+//!                                    ├─ consumed, not delivered ▶ send rest, finish
+//!                                    └─ delivered ▶ duplicate: ack
+//! run consumer ─ Err ▶ ROLLBACK (nothing happened, the row is gone too)
+//!              └ Ok  ▶ published nothing: COMMIT
+//!                      published: INSERT outbox rows + set consumed, delivered = NULL (one
+//!                      statement) ─ COMMIT
+//! after COMMIT, if it published: BEGIN ─ lock inbox row, check undelivered ─ send in order
+//!                                 (pipelined) ─ set delivered + delete rows (one statement)
+//!                                 ─ COMMIT ─ ack
 //! ```
 
 mod config;
