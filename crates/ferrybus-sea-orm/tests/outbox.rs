@@ -441,6 +441,48 @@ macro_rules! on_shapes {
     )*};
 }
 
+/// Opt-in pipelining keeps the order within an outbox, across several outboxes at once.
+#[tokio::test]
+async fn pipelined_delivery_keeps_each_outbox_in_order() {
+    let tdb = TestDb::new(Shape::Snake).await;
+    let sink = RecordingSink::default();
+    let outbox = outbox(&tdb);
+    let mut expected = Vec::new();
+    for _ in 0..4 {
+        let txn = tdb.db.begin().await.unwrap();
+        let order_id = Uuid::new_v4();
+        let mut ids = Vec::new();
+        for seq in 1..=10 {
+            ids.push(
+                outbox
+                    .publish(&txn, &InvoiceCreated { order_id, seq })
+                    .await
+                    .unwrap(),
+            );
+        }
+        txn.commit().await.unwrap();
+        expected.push(ids);
+    }
+    let config = DeliveryConfig::new(tdb.storage.clone())
+        .poll_interval(Duration::from_millis(50))
+        .pipelined(true);
+    let sink_arc: SharedSink = Arc::new(sink.clone());
+    let handle = OutboxDeliveryService::new(tdb.db.clone(), sink_arc, config).spawn();
+    wait_until_outbox_drained(&tdb.db, &tdb.storage, Duration::from_secs(10))
+        .await
+        .unwrap();
+    handle.stop().await;
+    let delivered: Vec<Uuid> = sink.messages().iter().map(|m| m.message_id).collect();
+    assert_eq!(delivered.len(), 40);
+    for ids in expected {
+        let positions: Vec<usize> = ids
+            .iter()
+            .map(|id| delivered.iter().position(|d| d == id).unwrap())
+            .collect();
+        assert!(positions.windows(2).all(|w| w[0] < w[1]), "{positions:?}");
+    }
+}
+
 on_shapes!(
     delivered_after_commit_through_notify,
     rollback_sends_nothing,
