@@ -505,3 +505,35 @@ async fn retry_wraps_the_layers_in_the_order_they_were_added() {
     );
     harness.stop().await;
 }
+
+#[tokio::test]
+async fn an_oversized_body_goes_to_the_error_queue_unread() {
+    let (consumer, attempts) = flaky(0);
+    let harness = TestHarness::start([EndpointConfig::new("billing")
+        .max_body_size(1024)
+        .consumer(consumer)]);
+    let mut body = serde_json::to_vec(&serde_json::json!({
+        "messageId": "181c0000-6393-3630-36a4-08daf4e7c6da",
+        "messageType": ["urn:message:Bookstore.Contracts:OrderPlaced"],
+        "message": {"orderId": Uuid::nil(), "total": "x".repeat(2000)}
+    }))
+    .unwrap();
+    body.shrink_to_fit();
+    harness.publish_raw(
+        "billing",
+        StoredMessage {
+            body: body.into(),
+            message_id: Some("big".into()),
+            ..StoredMessage::default()
+        },
+    );
+    harness.faulted_raw("big").await.unwrap();
+    let moved = harness.broker().messages("billing_error").remove(0);
+    let reason = moved.headers.get_str("MT-Fault-Message").unwrap();
+    assert!(
+        reason.contains("more than the endpoint's limit of 1024 bytes"),
+        "{reason}"
+    );
+    assert_eq!(attempts.load(Ordering::SeqCst), 0);
+    harness.stop().await;
+}

@@ -85,6 +85,14 @@ pub enum EnvelopeError {
     /// The body is not JSON, even with comments and trailing commas allowed.
     #[error("body is not valid JSON: {0}")]
     Json(String),
+    /// The body is larger than the endpoint reads.
+    #[error("body is {size} bytes, more than the endpoint's limit of {limit} bytes")]
+    TooLarge {
+        /// The body's size.
+        size: usize,
+        /// The endpoint's limit.
+        limit: usize,
+    },
     /// The body is JSON but not an object.
     #[error("body is not a JSON object")]
     NotAnObject,

@@ -16,6 +16,9 @@ use crate::pipeline::{
     PipelineSettings, ReceivePipeline, RetryLayer, RetryPolicy,
 };
 
+/// The default [`EndpointConfig::max_body_size`]: 32 MiB.
+pub const DEFAULT_MAX_BODY_SIZE: usize = 32 * 1024 * 1024;
+
 type LayerFn = Arc<dyn Fn(BoxConsumeService) -> BoxConsumeService + Send + Sync>;
 
 /// A receive endpoint, transport-independent: the transport crates take one of these (or wrap it
@@ -58,6 +61,7 @@ pub struct EndpointConfig {
     consumers: Vec<(ConsumerInfo, BoxConsumeService)>,
     raw_json: bool,
     publish_faults: bool,
+    max_body_size: usize,
 }
 
 impl EndpointConfig {
@@ -73,6 +77,7 @@ impl EndpointConfig {
             consumers: Vec::new(),
             raw_json: false,
             publish_faults: true,
+            max_body_size: DEFAULT_MAX_BODY_SIZE,
         }
     }
 
@@ -134,6 +139,13 @@ impl EndpointConfig {
     /// envelopes (MassTransit's `UseRawJsonDeserializer`).
     pub fn raw_json(mut self, enabled: bool) -> Self {
         self.raw_json = enabled;
+        self
+    }
+
+    /// The largest body the endpoint reads (32 MiB by default); a larger one is moved to
+    /// `<queue>_error` with the reason, unread.
+    pub fn max_body_size(mut self, bytes: usize) -> Self {
+        self.max_body_size = bytes;
         self
     }
 
@@ -205,6 +217,7 @@ impl EndpointConfig {
             factory,
             redelivery: self.redelivery,
             raw_json: self.raw_json,
+            max_body_size: self.max_body_size,
             publish_faults: self.publish_faults,
             cancellation,
         })

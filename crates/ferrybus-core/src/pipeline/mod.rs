@@ -10,7 +10,7 @@ mod request;
 mod retry;
 mod service;
 
-pub use endpoint::EndpointConfig;
+pub use endpoint::{EndpointConfig, DEFAULT_MAX_BODY_SIZE};
 pub use receive::{
     ConsumerRegistration, Disposition, InboundDelivery, PipelineSettings, ReceivePipeline,
 };

@@ -111,6 +111,7 @@ pub struct ReceivePipeline {
     redelivery: Option<RetryPolicy>,
     raw_json: bool,
     publish_faults: bool,
+    max_body_size: usize,
     cancellation: CancellationToken,
 }
 
@@ -130,6 +131,8 @@ pub struct PipelineSettings {
     pub raw_json: bool,
     /// Whether `Fault<T>` is published when a consumer fails.
     pub publish_faults: bool,
+    /// Bodies larger than this are not read (moved to the error queue).
+    pub max_body_size: usize,
     /// Cancelled when the endpoint stops.
     pub cancellation: CancellationToken,
 }
@@ -145,6 +148,7 @@ impl ReceivePipeline {
             redelivery: settings.redelivery,
             raw_json: settings.raw_json,
             publish_faults: settings.publish_faults,
+            max_body_size: settings.max_body_size,
             cancellation: settings.cancellation,
         }
     }
@@ -211,6 +215,12 @@ impl ReceivePipeline {
     }
 
     fn read(&self, delivery: &InboundDelivery) -> Result<ReceivedMessage, EnvelopeError> {
+        if delivery.body.len() > self.max_body_size {
+            return Err(EnvelopeError::TooLarge {
+                size: delivery.body.len(),
+                limit: self.max_body_size,
+            });
+        }
         let content_type = delivery.effective_content_type();
         let raw = self.raw_json && content_type.starts_with(RAW_JSON_CONTENT_TYPE);
         let envelope = if raw {
