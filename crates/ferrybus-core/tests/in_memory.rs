@@ -537,3 +537,33 @@ async fn an_oversized_body_goes_to_the_error_queue_unread() {
     assert_eq!(attempts.load(Ordering::SeqCst), 0);
     harness.stop().await;
 }
+
+#[tokio::test]
+async fn a_fault_carries_the_message_as_the_consumer_type_writes_it() {
+    let (consumer, _) = flaky(u32::MAX);
+    let harness = TestHarness::start([EndpointConfig::new("billing").consumer(consumer)]);
+    let body = serde_json::json!({
+        "messageId": "181c0000-6393-3630-36a4-08daf4e7c6da",
+        "messageType": ["urn:message:Bookstore.Contracts:OrderPlaced"],
+        "message": {"OrderId": Uuid::nil(), "orderId": Uuid::nil(), "total": "5.00", "unknownField": true}
+    });
+    harness.publish_raw(
+        "billing",
+        StoredMessage {
+            body: serde_json::to_vec(&body).unwrap().into(),
+            message_id: Some("181c0000-6393-3630-36a4-08daf4e7c6da".into()),
+            ..StoredMessage::default()
+        },
+    );
+    harness
+        .faulted_raw("181c0000-6393-3630-36a4-08daf4e7c6da")
+        .await
+        .unwrap();
+    let fault = harness.sent::<Fault<OrderPlaced>>().await.unwrap();
+    // As MassTransit does: the faulted message re-serialized as T, unknown fields dropped.
+    assert_eq!(
+        fault.message["message"],
+        serde_json::json!({"orderId": Uuid::nil(), "total": "5.00"})
+    );
+    harness.stop().await;
+}

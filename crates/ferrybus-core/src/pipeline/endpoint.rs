@@ -87,7 +87,7 @@ impl EndpointConfig {
         M: Message,
         C: Consumer<M>,
     {
-        let info = ConsumerInfo::new(consumer.name(), M::message_type(), self.queue.clone());
+        let info = ConsumerInfo::of::<M>(consumer.name(), self.queue.clone());
         let service = BoxCloneSyncService::new(ConsumerService::<C, M>::new(Arc::new(consumer)));
         self.consumers.push((info, service));
         self

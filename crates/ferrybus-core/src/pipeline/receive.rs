@@ -309,7 +309,7 @@ impl ReceivePipeline {
             consumer,
             envelope.message_id,
             &envelope.message_type,
-            &envelope.message,
+            &consumer.fault_payload(&envelope.message),
         );
         let fault_type = consumer.message_type().fault();
         let mut options = SendOptions::new();

@@ -52,6 +52,7 @@ pub struct ConsumerInfo {
     name: String,
     message_type: MessageType,
     queue: String,
+    reserialize: Option<fn(&serde_json::Value) -> Option<serde_json::Value>>,
 }
 
 impl ConsumerInfo {
@@ -65,7 +66,27 @@ impl ConsumerInfo {
             name: name.into(),
             message_type,
             queue: queue.into(),
+            reserialize: None,
         }
+    }
+
+    /// Describes a consumer of `M`, which can re-serialize payloads as `M` for its faults.
+    pub(crate) fn of<M: crate::Message>(name: impl Into<String>, queue: impl Into<String>) -> Self {
+        let mut info = Self::new(name, M::message_type(), queue);
+        info.reserialize = Some(|payload| {
+            let message = M::deserialize(payload).ok()?;
+            serde_json::to_value(message).ok()
+        });
+        info
+    }
+
+    /// The payload as the consumer's message type writes it (what MassTransit puts in a
+    /// `Fault<T>`: unknown fields dropped, defaults filled in); the payload as received when it
+    /// does not fit the type.
+    pub fn fault_payload(&self, payload: &serde_json::Value) -> serde_json::Value {
+        self.reserialize
+            .and_then(|f| f(payload))
+            .unwrap_or_else(|| payload.clone())
     }
 
     /// The consumer's name.
