@@ -59,3 +59,13 @@ struct ReadmeDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/quickstart.md")]
 struct QuickstartDoctests;
+
+/// The messages guide's examples, compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/messages-and-envelopes.md")]
+struct MessagesGuideDoctests;
+
+/// The consumers guide's examples, compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/consumers-and-pipeline.md")]
+struct ConsumersGuideDoctests;
