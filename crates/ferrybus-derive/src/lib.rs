@@ -18,13 +18,15 @@
 //!
 //! See [`macro@Message`] for every `#[message(...)]` key.
 
+mod attrs;
+mod validate;
+
 use proc_macro::TokenStream;
 use proc_macro2::{Span, TokenStream as TokenStream2};
 use quote::{quote, ToTokens};
-use syn::ext::IdentExt;
-use syn::meta::ParseNestedMeta;
-use syn::punctuated::Punctuated;
-use syn::{Attribute, DeriveInput, Ident, LitStr, Token};
+use syn::{Attribute, DeriveInput, Ident};
+
+use attrs::{args_type_name, parse_args, Args, TypeNameSource};
 
 /// Implements `ferrybus_core::Message` (re-exported as `ferrybus::Message`) for a struct or enum.
 ///
@@ -110,22 +112,6 @@ pub fn derive_message(input: TokenStream) -> TokenStream {
         .into()
 }
 
-/// The keys of `#[message(...)]`, as written.
-#[derive(Default)]
-struct Args {
-    namespace: Option<LitStr>,
-    name: Option<LitStr>,
-    type_name: Option<LitStr>,
-    urn: Option<LitStr>,
-    entity_name: Option<LitStr>,
-    fault_entity_name: Option<LitStr>,
-    implements: Vec<LitStr>,
-    krate: Option<syn::Path>,
-}
-
-const KEYS: &str =
-    "namespace, name, type_name, urn, entity_name, fault_entity_name, implements, crate";
-
 fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
     let attrs: Vec<&Attribute> = input
         .attrs
@@ -193,160 +179,6 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
     })
 }
 
-fn parse_args(attrs: &[&Attribute]) -> syn::Result<Args> {
-    let mut args = Args::default();
-    for attr in attrs {
-        attr.parse_nested_meta(|meta| {
-            let key = meta.path.to_token_stream().to_string().replace(' ', "");
-            match key.as_str() {
-                "namespace" => {
-                    let lit = set_once(&mut args.namespace, &meta, &key, "Bookstore.Contracts")?;
-                    check_part(lit, "namespace")
-                }
-                "name" => {
-                    let lit = set_once(&mut args.name, &meta, &key, "Outer+Inner")?;
-                    check_part(lit, "name")
-                }
-                "type_name" => {
-                    let lit = set_once(
-                        &mut args.type_name,
-                        &meta,
-                        &key,
-                        "Bookstore.Contracts:OrderPlaced",
-                    )?;
-                    check_full(lit, "type_name")
-                }
-                "urn" => {
-                    let lit = set_once(&mut args.urn, &meta, &key, "custom-contract")?;
-                    check_not_empty(lit, "urn")
-                }
-                "entity_name" => {
-                    let lit = set_once(&mut args.entity_name, &meta, &key, "order-placed")?;
-                    check_not_empty(lit, "entity_name")
-                }
-                "fault_entity_name" => {
-                    let lit = set_once(
-                        &mut args.fault_entity_name,
-                        &meta,
-                        &key,
-                        "order-placed-faults",
-                    )?;
-                    check_not_empty(lit, "fault_entity_name")
-                }
-                "implements" => {
-                    let list = parse_implements(&meta)?;
-                    for lit in &list {
-                        check_full(lit, "implements")?;
-                    }
-                    args.implements.extend(list);
-                    Ok(())
-                }
-                "crate" => {
-                    if args.krate.is_some() {
-                        return Err(meta.error("duplicate `crate` in #[message(...)]"));
-                    }
-                    let lit = parse_lit(&meta, "crate", "::ferrybus")?;
-                    let path = lit.parse::<syn::Path>().map_err(|_| {
-                        syn::Error::new(
-                            lit.span(),
-                            format!(
-                                "`crate` expects a path such as \"::ferrybus\", not {:?}",
-                                lit.value()
-                            ),
-                        )
-                    })?;
-                    args.krate = Some(path);
-                    Ok(())
-                }
-                _ => Err(meta.error(format!(
-                    "unknown #[message] key `{key}`; expected one of: {KEYS}"
-                ))),
-            }
-        })?;
-    }
-    Ok(args)
-}
-
-/// Parses `key = "..."` into `slot`, refusing a second occurrence.
-fn set_once<'a>(
-    slot: &'a mut Option<LitStr>,
-    meta: &ParseNestedMeta<'_>,
-    key: &str,
-    example: &str,
-) -> syn::Result<&'a LitStr> {
-    if slot.is_some() {
-        return Err(meta.error(format!("duplicate `{key}` in #[message(...)]")));
-    }
-    Ok(slot.insert(parse_lit(meta, key, example)?))
-}
-
-fn parse_lit(meta: &ParseNestedMeta<'_>, key: &str, example: &str) -> syn::Result<LitStr> {
-    let value = meta.value()?;
-    value.parse::<LitStr>().map_err(|e| {
-        syn::Error::new(
-            e.span(),
-            format!("`{key}` expects a string literal, as in `{key} = \"{example}\"`"),
-        )
-    })
-}
-
-/// `implements = ["Ns:A", "Ns:B"]` or `implements = "Ns:A"`.
-fn parse_implements(meta: &ParseNestedMeta<'_>) -> syn::Result<Vec<LitStr>> {
-    let value = meta.value()?;
-    let expected = "`implements` expects a list of type names, as in \
-                    `implements = [\"Ns:IEvent\", \"Ns:BaseClass\"]`";
-    if value.peek(syn::token::Bracket) {
-        let content;
-        syn::bracketed!(content in value);
-        let list = Punctuated::<LitStr, Token![,]>::parse_terminated(&content)
-            .map_err(|e| syn::Error::new(e.span(), expected))?;
-        Ok(list.into_iter().collect())
-    } else if value.peek(LitStr) {
-        Ok(vec![value.parse()?])
-    } else {
-        Err(value.error(expected))
-    }
-}
-
-/// Where the .NET type name comes from.
-enum TypeNameSource {
-    /// `namespace` (+ `name`, defaulting to the Rust identifier).
-    Parts { namespace: LitStr, name: LitStr },
-    /// `type_name = "Ns:Name"`, parsed at run time.
-    Full(LitStr),
-}
-
-fn args_type_name(
-    input: &DeriveInput,
-    attrs: &[&Attribute],
-    args: &Args,
-) -> syn::Result<TypeNameSource> {
-    if let Some(full) = &args.type_name {
-        if let Some(conflict) = args.namespace.as_ref().or(args.name.as_ref()) {
-            return Err(syn::Error::new(
-                conflict.span(),
-                "`type_name` already gives the namespace and the name; use either \
-                 `type_name = \"Ns:Name\"` or `namespace` (with an optional `name`), not both",
-            ));
-        }
-        return Ok(TypeNameSource::Full(full.clone()));
-    }
-    let Some(namespace) = args.namespace.clone() else {
-        let msg = "#[derive(Message)] needs the .NET namespace of the message: add \
-                   #[message(namespace = \"Bookstore.Contracts\")] or \
-                   #[message(type_name = \"Bookstore.Contracts:OrderPlaced\")]";
-        return Err(match attrs.first() {
-            Some(attr) => syn::Error::new_spanned(attr, msg),
-            None => syn::Error::new(input.ident.span(), msg),
-        });
-    };
-    let name = match &args.name {
-        Some(name) => name.clone(),
-        None => LitStr::new(&input.ident.unraw().to_string(), input.ident.span()),
-    };
-    Ok(TypeNameSource::Parts { namespace, name })
-}
-
 fn crate_root(args: &Args) -> TokenStream2 {
     use proc_macro_crate::{crate_name, FoundCrate};
 
@@ -369,104 +201,6 @@ fn crate_root(args: &Args) -> TokenStream2 {
         // the default name is the best guess and fails with a clear "unresolved" error.
         Ok(FoundCrate::Itself) | Err(_) => named("ferrybus_core"),
     }
-}
-
-fn check_not_empty(lit: &LitStr, key: &str) -> syn::Result<()> {
-    if lit.value().trim().is_empty() {
-        return Err(syn::Error::new(
-            lit.span(),
-            format!("`{key}` must not be empty"),
-        ));
-    }
-    Ok(())
-}
-
-/// A namespace or a type name on its own: no `:`, brackets, commas or whitespace.
-fn check_part(lit: &LitStr, key: &str) -> syn::Result<()> {
-    let value = lit.value();
-    let reason = if value.is_empty() {
-        Some("it is empty")
-    } else if value.contains(':') {
-        Some(if key == "namespace" {
-            "it contains `:`; to give namespace and name in one string, use \
-             `type_name = \"Ns:Name\"` instead"
-        } else {
-            "it contains `:`; to give namespace and name in one string, use \
-             `type_name = \"Ns:Name\"` instead of `namespace` and `name`"
-        })
-    } else if value.contains(['[', ']', ',']) {
-        Some("it contains `[`, `]` or `,`; generic types are not supported here")
-    } else if value.contains(char::is_whitespace) {
-        Some("it contains whitespace")
-    } else {
-        None
-    };
-    match reason {
-        Some(reason) => Err(syn::Error::new(
-            lit.span(),
-            format!("invalid `{key}` {value:?}: {reason}"),
-        )),
-        None => Ok(()),
-    }
-}
-
-/// A full type name, `Ns:Name` (optionally `urn:message:`-prefixed, optionally with generic
-/// arguments `[[Ns:A],[Ns:B]]`), checked with the grammar `MessageType::parse` accepts.
-fn check_full(lit: &LitStr, key: &str) -> syn::Result<()> {
-    let value = lit.value();
-    check_type_name(&value).map_err(|reason| {
-        syn::Error::new(
-            lit.span(),
-            format!(
-                "invalid `{key}` {value:?}: {reason} (expected `Namespace:Type`, \
-                 as in \"Bookstore.Contracts:OrderPlaced\")"
-            ),
-        )
-    })
-}
-
-/// Mirrors `ferrybus_core::TypeName::parse`, so that the run-time parse cannot fail.
-fn check_type_name(input: &str) -> Result<(), &'static str> {
-    const URN_PREFIX: &str = "urn:message:";
-    let body = match input.get(..URN_PREFIX.len()) {
-        Some(head) if head.eq_ignore_ascii_case(URN_PREFIX) => &input[URN_PREFIX.len()..],
-        _ => input,
-    };
-    let rest = check_type(body)?;
-    if !rest.is_empty() {
-        return Err("unexpected text after the type name");
-    }
-    Ok(())
-}
-
-/// Checks one type at the start of `input` and returns the unparsed rest.
-fn check_type(input: &str) -> Result<&str, &'static str> {
-    let end = input.find(['[', ']', ',']).unwrap_or(input.len());
-    let (namespace, name) = input[..end]
-        .rsplit_once(':')
-        .ok_or("it has no `:` between namespace and type")?;
-    if namespace.is_empty() || name.is_empty() {
-        return Err("namespace and type name must not be empty");
-    }
-    let mut rest = &input[end..];
-    if let Some(after) = rest.strip_prefix("[[") {
-        rest = after;
-        loop {
-            rest = check_type(rest)?;
-            rest = rest
-                .strip_prefix(']')
-                .ok_or("expected `]` after a generic argument")?;
-            if let Some(after) = rest.strip_prefix(",[") {
-                rest = after;
-            } else {
-                rest = rest
-                    .strip_prefix(']')
-                    .ok_or("expected `]]` closing the arguments")?;
-                break;
-            }
-        }
-    }
-    Ok(rest)
 }
 
 #[cfg(test)]
@@ -581,22 +315,6 @@ mod tests {
             struct A<T> { t: T }
         });
         assert!(e.contains("does not support generic types"), "{e}");
-    }
-
-    #[test]
-    fn type_name_grammar() {
-        for ok in [
-            "Ns:T",
-            "urn:message:Ns:T",
-            "URN:MESSAGE:Ns.Sub:Outer+Inner",
-            "Ns:Pair[[Ns:A],[Other:B+C]]",
-            "MassTransit:Fault[[MassTransit:Fault[[Ns:T]]]]",
-        ] {
-            assert_eq!(check_type_name(ok), Ok(()), "{ok}");
-        }
-        for bad in ["T", ":T", "Ns:", "Ns:G[[Ns:A]", "Ns:T]", "Ns:G[[Ns:A]]x"] {
-            assert!(check_type_name(bad).is_err(), "{bad}");
-        }
     }
 
     #[test]
