@@ -3,18 +3,19 @@
 use std::borrow::Cow;
 use std::future::Future;
 use std::marker::PhantomData;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::consume::{ConsumeRequest, ConsumerInfo};
 use crate::envelope::{Envelope, Headers};
 use crate::error::ConsumeError;
 use crate::message::{short_type_name, Message};
-use crate::outgoing::{MessageOrigin, OutgoingMessage, SendOptions};
-use crate::pipeline::{ConsumeRequest, ConsumerInfo};
-use crate::ConsumeErrorKind;
+use crate::outgoing::{MessageFactory, MessageOrigin, OutgoingMessage, SendOptions};
+use crate::publish::{Publish, PublishError};
 
 /// Handles messages of type `M`, like MassTransit's `IConsumer<T>`.
 ///
@@ -104,17 +105,27 @@ where
 /// respond that follow MassTransit's rules (conversation kept, initiator set, non-`MT-` headers
 /// copied, `requestId` on responses).
 ///
+/// It implements [`Publish`], so code written against `impl Publish` runs inside consumers too;
+/// [`publish`](Self::publish), [`send`](Self::send) and their `_with` forms are also inherent
+/// methods, callable without importing the trait. Behind the inbox, what a consumer publishes
+/// goes to the consumer outbox and leaves after the commit.
+///
 /// Middleware shares state with consumers through [`ConsumeContext::extensions`] (the storage
 /// crate puts the open database transaction there).
 pub struct ConsumeContext<M> {
     message: M,
     request: ConsumeRequest,
+    origin: OnceLock<MessageOrigin>,
 }
 
 impl<M: Message> ConsumeContext<M> {
     /// A context for `message`, received as `request` describes.
     pub fn new(message: M, request: ConsumeRequest) -> Self {
-        Self { message, request }
+        Self {
+            message,
+            request,
+            origin: OnceLock::new(),
+        }
     }
 
     /// The message.
@@ -207,32 +218,23 @@ impl<M: Message> ConsumeContext<M> {
         &self.request
     }
 
-    fn origin(&self) -> MessageOrigin {
-        MessageOrigin::consumed(self.envelope(), self.input_address())
+    /// Publishes `message` to every subscriber of its type; returns its message id.
+    pub async fn publish<T: Message>(&self, message: &T) -> Result<Uuid, PublishError> {
+        Publish::publish(self, message).await
     }
 
-    /// Publishes `message` to every subscriber of its type.
-    pub async fn publish<T: Message>(&self, message: &T) -> Result<(), ConsumeError> {
-        self.publish_with(message, SendOptions::new()).await
-    }
-
-    /// Publishes with options (headers, TTL, correlation id ...).
+    /// Publishes with options (headers, TTL, correlation id …).
     pub async fn publish_with<T: Message>(
         &self,
         message: &T,
         options: SendOptions,
-    ) -> Result<(), ConsumeError> {
-        let out = self
-            .request
-            .factory()
-            .publish(message, &self.origin(), options)
-            .map_err(|e| ConsumeError::new(ConsumeErrorKind::Handler, e))?;
-        self.deliver(out).await
+    ) -> Result<Uuid, PublishError> {
+        Publish::publish_with(self, message, options).await
     }
 
     /// Sends `message` to `address` (`queue:name`, `exchange:name` or a full address).
-    pub async fn send<T: Message>(&self, address: &str, message: &T) -> Result<(), ConsumeError> {
-        self.send_with(address, message, SendOptions::new()).await
+    pub async fn send<T: Message>(&self, address: &str, message: &T) -> Result<Uuid, PublishError> {
+        Publish::send(self, address, message).await
     }
 
     /// Sends with options.
@@ -241,18 +243,13 @@ impl<M: Message> ConsumeContext<M> {
         address: &str,
         message: &T,
         options: SendOptions,
-    ) -> Result<(), ConsumeError> {
-        let out = self
-            .request
-            .factory()
-            .send(address, message, &self.origin(), options)
-            .map_err(|e| ConsumeError::new(ConsumeErrorKind::Handler, e))?;
-        self.deliver(out).await
+    ) -> Result<Uuid, PublishError> {
+        Publish::send_with(self, address, message, options).await
     }
 
     /// Responds to a request: sent to its `responseAddress` (published when there is none), with
     /// its `requestId`, and a TTL of the request's remaining lifetime.
-    pub async fn respond<T: Message>(&self, message: &T) -> Result<(), ConsumeError> {
+    pub async fn respond<T: Message>(&self, message: &T) -> Result<Uuid, PublishError> {
         let envelope = self.envelope();
         let mut options = SendOptions::new();
         if let Some(id) = envelope.request_id {
@@ -267,12 +264,19 @@ impl<M: Message> ConsumeContext<M> {
             None => self.publish_with(message, options).await,
         }
     }
+}
 
-    async fn deliver(&self, message: OutgoingMessage) -> Result<(), ConsumeError> {
-        self.request
-            .sink()
-            .deliver(message)
-            .await
-            .map_err(|e| ConsumeError::new(ConsumeErrorKind::Transport, e))
+impl<M: Message> Publish for ConsumeContext<M> {
+    fn message_factory(&self) -> &MessageFactory {
+        self.request.factory()
+    }
+
+    fn message_origin(&self) -> &MessageOrigin {
+        self.origin
+            .get_or_init(|| MessageOrigin::consumed(self.envelope(), self.input_address()))
+    }
+
+    async fn deliver(&self, message: OutgoingMessage) -> Result<(), PublishError> {
+        self.request.sink().deliver(message).await
     }
 }

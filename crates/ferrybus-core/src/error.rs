@@ -1,5 +1,7 @@
-//! [`ConsumeError`]: why consuming a message failed.
+//! The errors of the core: [`ConsumeError`] (why consuming a message failed) and [`PublishError`]
+//! (why a publish or send failed).
 
+use std::any::Any;
 use std::backtrace::{Backtrace, BacktraceStatus};
 use std::borrow::Cow;
 use std::error::Error as StdError;
@@ -119,6 +121,12 @@ impl ConsumeError {
         error
     }
 
+    /// A consumer (or a layer) panicked: exception type `Panic`, the panic message as the message.
+    /// Retried like any error, then faulted.
+    pub fn panic(message: impl Into<String>) -> Self {
+        Self::with_type(ConsumeErrorKind::Handler, message.into(), "Panic")
+    }
+
     pub(crate) fn with_type(
         kind: ConsumeErrorKind,
         message: String,
@@ -215,8 +223,157 @@ impl<E> From<E> for ConsumeError
 where
     E: StdError + Send + Sync + 'static,
 {
+    /// A consumer's `?`: kind [`ConsumeErrorKind::Handler`], or the matching transport or storage
+    /// kind for a failed publish ([`PublishError`](crate::PublishError)).
     fn from(error: E) -> Self {
-        ConsumeError::new(ConsumeErrorKind::Handler, error)
+        let kind = (&error as &dyn Any)
+            .downcast_ref::<PublishError>()
+            .map_or(ConsumeErrorKind::Handler, |e| e.kind.consume_kind());
+        ConsumeError::new(kind, error)
+    }
+}
+
+/// What kind of failure a [`PublishError`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum PublishErrorKind {
+    /// The message could not be serialized.
+    Serialize,
+    /// The destination address is not valid.
+    Address,
+    /// No connection to the broker (within the publish timeout).
+    NotConnected,
+    /// The broker did not confirm in time.
+    Timeout,
+    /// The broker refused the message (nack, or a mandatory message returned).
+    Rejected,
+    /// Any other transport failure.
+    Transport,
+    /// Writing the message to an outbox table failed.
+    Storage,
+    /// The publisher is closed (a consumer outbox after its consumer returned, a stopped bus).
+    Closed,
+}
+
+impl PublishErrorKind {
+    fn as_str(self) -> &'static str {
+        match self {
+            PublishErrorKind::Serialize => "could not serialize the message",
+            PublishErrorKind::Address => "invalid destination address",
+            PublishErrorKind::NotConnected => "not connected to the broker",
+            PublishErrorKind::Timeout => "the broker did not confirm in time",
+            PublishErrorKind::Rejected => "the broker rejected the message",
+            PublishErrorKind::Transport => "transport failed",
+            PublishErrorKind::Storage => "writing to the outbox failed",
+            PublishErrorKind::Closed => "the publisher is closed",
+        }
+    }
+
+    /// The [`ConsumeErrorKind`] a consumer's `?` on this error gives.
+    pub(crate) fn consume_kind(self) -> ConsumeErrorKind {
+        match self {
+            PublishErrorKind::Storage => ConsumeErrorKind::Storage,
+            PublishErrorKind::Serialize | PublishErrorKind::Address => ConsumeErrorKind::Handler,
+            _ => ConsumeErrorKind::Transport,
+        }
+    }
+}
+
+/// Why a publish or send failed: a [`PublishErrorKind`] and the underlying error (a
+/// `RabbitMqError`, a `StoreError`, `serde_json::Error` …), reachable through
+/// [`source`](std::error::Error::source).
+///
+/// ```
+/// use ferrybus_core::{PublishError, PublishErrorKind};
+/// let error = PublishError::new(PublishErrorKind::NotConnected, "no connection within 5s");
+/// assert_eq!(error.kind(), PublishErrorKind::NotConnected);
+/// assert_eq!(error.to_string(), "not connected to the broker: no connection within 5s");
+/// ```
+pub struct PublishError {
+    kind: PublishErrorKind,
+    source: BoxError,
+    /// Whether the source's own text already says what went wrong (a transport's or storage's
+    /// error), so `Display` does not repeat the kind.
+    self_describing: bool,
+}
+
+impl PublishError {
+    /// An error of `kind` caused by `source`; displayed as `<kind>: <source>`.
+    pub fn new(kind: PublishErrorKind, source: impl Into<BoxError>) -> Self {
+        Self {
+            kind,
+            source: source.into(),
+            self_describing: false,
+        }
+    }
+
+    /// An error of `kind` whose `source` (a transport's or storage's own error) describes itself;
+    /// displayed as the source alone.
+    ///
+    /// ```
+    /// use ferrybus_core::{PublishError, PublishErrorKind};
+    /// let io = std::io::Error::other("not connected to the broker: connection refused");
+    /// let error = PublishError::from_source(PublishErrorKind::NotConnected, io);
+    /// assert_eq!(error.to_string(), "not connected to the broker: connection refused");
+    /// ```
+    pub fn from_source(kind: PublishErrorKind, source: impl Into<BoxError>) -> Self {
+        Self {
+            self_describing: true,
+            ..Self::new(kind, source)
+        }
+    }
+
+    /// The kind of failure.
+    pub fn kind(&self) -> PublishErrorKind {
+        self.kind
+    }
+
+    /// The underlying error.
+    pub fn into_source(self) -> BoxError {
+        self.source
+    }
+
+    /// Finds an error of type `E` in the chain (e.g. the transport's own error type).
+    pub fn find<E: StdError + 'static>(&self) -> Option<&E> {
+        let first: &(dyn StdError + 'static) = &*self.source;
+        std::iter::successors(Some(first), |e| (*e).source()).find_map(|e| e.downcast_ref::<E>())
+    }
+}
+
+impl fmt::Display for PublishError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.self_describing {
+            fmt::Display::fmt(&self.source, f)
+        } else {
+            write!(f, "{}: {}", self.kind.as_str(), self.source)
+        }
+    }
+}
+
+impl fmt::Debug for PublishError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PublishError")
+            .field("kind", &self.kind)
+            .field("source", &self.source)
+            .finish()
+    }
+}
+
+impl StdError for PublishError {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        Some(&*self.source)
+    }
+}
+
+impl From<crate::address::AddressError> for PublishError {
+    fn from(error: crate::address::AddressError) -> Self {
+        Self::new(PublishErrorKind::Address, error)
+    }
+}
+
+impl From<serde_json::Error> for PublishError {
+    fn from(error: serde_json::Error) -> Self {
+        Self::new(PublishErrorKind::Serialize, error)
     }
 }
 

@@ -6,10 +6,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
+use crate::consume::ConsumerInfo;
 use crate::envelope::{Headers, HostInfo};
 use crate::error::{dyn_error_type, ConsumeError};
 use crate::message::{Message, MessageType, TypeName};
-use crate::pipeline::ConsumerInfo;
 
 /// MassTransit cuts fault messages and stack traces to this many characters.
 const MAX_TEXT: usize = 2048;

@@ -1,18 +1,17 @@
-//! Outgoing messages: what a publish, send or respond produces, and the [`MessageSink`] that
-//! delivers it (a broker, an outbox table, or a test double).
+//! Outgoing messages: what a publish, send or respond produces ([`OutgoingMessage`]), built by a
+//! [`MessageFactory`] with [`SendOptions`] and a [`MessageOrigin`].
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
+use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use crate::address::{AddressError, EndpointAddress, HostAddress};
 use crate::envelope::{Envelope, Headers, HostInfo, ENVELOPE_CONTENT_TYPE};
+use crate::error::PublishError;
 use crate::message::{Message, MessageType, TypeName};
-use crate::BoxError;
 
 /// One message ready to leave the process: a serialized body and the metadata a transport or an
 /// outbox row needs. Its fields map one to one to MassTransit's `OutboxMessage` columns.
@@ -41,7 +40,7 @@ pub struct OutgoingMessage {
     /// The body's content type.
     pub content_type: String,
     /// The serialized body (the envelope, for MassTransit's content type).
-    pub body: Arc<[u8]>,
+    pub body: Bytes,
     /// The headers, mirrored to transport headers.
     pub headers: Headers,
     /// When the message was sent.
@@ -96,19 +95,6 @@ impl OutgoingMessage {
         }
     }
 }
-
-/// Somewhere outgoing messages go: a broker connection, an outbox table, or a test recorder.
-///
-/// Transports implement it to deliver with publisher confirms; the consumer outbox swaps the
-/// context's sink for one that writes outbox rows.
-#[async_trait]
-pub trait MessageSink: Send + Sync + 'static {
-    /// Delivers one message. Returns once the destination has accepted it.
-    async fn deliver(&self, message: OutgoingMessage) -> Result<(), BoxError>;
-}
-
-/// A shared [`MessageSink`].
-pub type SharedSink = Arc<dyn MessageSink>;
 
 /// Options of one publish or send, MassTransit's `SendContext` settings.
 ///
@@ -242,7 +228,7 @@ impl MessageFactory {
         message: &M,
         origin: &MessageOrigin,
         options: SendOptions,
-    ) -> Result<OutgoingMessage, BoxError> {
+    ) -> Result<OutgoingMessage, PublishError> {
         let message_type = M::message_type();
         let destination = self.host.entity_address(message_type.entity_name());
         let payload = serde_json::to_value(message)?;
@@ -256,7 +242,7 @@ impl MessageFactory {
         message: &M,
         origin: &MessageOrigin,
         options: SendOptions,
-    ) -> Result<OutgoingMessage, BoxError> {
+    ) -> Result<OutgoingMessage, PublishError> {
         let destination = self.host.resolve(address)?;
         let payload = serde_json::to_value(message)?;
         self.build(
@@ -278,7 +264,7 @@ impl MessageFactory {
         origin: &MessageOrigin,
         options: SendOptions,
         publish: bool,
-    ) -> Result<OutgoingMessage, BoxError> {
+    ) -> Result<OutgoingMessage, PublishError> {
         let now = Utc::now();
         let mut headers = origin.headers.clone();
         for (name, value) in options.headers.iter() {
@@ -323,7 +309,7 @@ impl MessageFactory {
 
     /// Wraps a complete envelope as an outgoing message.
     pub fn from_envelope(envelope: Envelope, publish_bindings: Vec<String>) -> OutgoingMessage {
-        let body: Arc<[u8]> = envelope.to_vec().into();
+        let body = Bytes::from(envelope.to_vec());
         OutgoingMessage {
             message_id: envelope.message_id.unwrap_or_else(Uuid::now_v7),
             conversation_id: envelope.conversation_id,

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use ferrybus_core::memory::{StoredMessage, TestHarness};
 use ferrybus_core::{
-    consumer_fn, ConsumeContext, ConsumeError, Consumer, EndpointConfig, Envelope, Fault, Message,
-    ReceiveFault, RetryPolicy, SendOptions,
+    consumer_fn, BoxEndpointService, ConsumeContext, ConsumeError, ConsumeOutcome, Consumer,
+    Delivery, Envelope, Fault, Message, Publish, ReceiveFault, RetryPolicy, SendOptions,
+    SettlementKind,
 };
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -79,20 +80,26 @@ fn flaky(failures: u32) -> (Flaky, Arc<AtomicU32>) {
 async fn a_consumer_runs_and_sees_the_envelope() {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let record = seen.clone();
-    let harness = TestHarness::start([EndpointConfig::new("billing").consumer(consumer_fn(
-        "InvoiceConsumer",
-        move |ctx: ConsumeContext<OrderPlaced>| {
-            let record = record.clone();
-            async move {
-                record.lock().unwrap().push((
-                    ctx.message_id(),
-                    ctx.message().total.clone(),
-                    ctx.headers().get_str("Tenant").map(str::to_owned),
-                ));
-                Ok(())
-            }
-        },
-    ))]);
+    let harness = TestHarness::builder()
+        .receive_endpoint("billing", |e| {
+            e.consumer(consumer_fn(
+                "InvoiceConsumer",
+                move |ctx: ConsumeContext<OrderPlaced>| {
+                    let record = record.clone();
+                    async move {
+                        record.lock().unwrap().push((
+                            ctx.message_id(),
+                            ctx.message().total.clone(),
+                            ctx.headers().get_str("Tenant").map(str::to_owned),
+                        ));
+                        Ok(())
+                    }
+                },
+            ))
+        })
+        .start()
+        .await
+        .unwrap();
     let id = harness
         .publish_with(&order(), SendOptions::new().header("Tenant", "acme"))
         .await
@@ -108,9 +115,13 @@ async fn a_consumer_runs_and_sees_the_envelope() {
 #[tokio::test]
 async fn the_retry_policy_retries_until_the_consumer_succeeds() {
     let (consumer, attempts) = flaky(2);
-    let harness = TestHarness::start([EndpointConfig::new("billing")
-        .retry(RetryPolicy::immediate(2))
-        .consumer(consumer)]);
+    let harness = TestHarness::builder()
+        .receive_endpoint("billing", |e| {
+            e.retry(RetryPolicy::immediate(2)).consumer(consumer)
+        })
+        .start()
+        .await
+        .unwrap();
     let id = harness.publish(&order()).await.unwrap();
     harness.consumed(id).await.unwrap();
     assert_eq!(attempts.load(Ordering::SeqCst), 3);
@@ -121,9 +132,14 @@ async fn the_retry_policy_retries_until_the_consumer_succeeds() {
 #[tokio::test]
 async fn a_final_failure_moves_to_the_error_queue_and_publishes_a_fault() {
     let (consumer, attempts) = flaky(u32::MAX);
-    let harness = TestHarness::start([EndpointConfig::new("billing")
-        .retry(RetryPolicy::intervals([Duration::from_millis(5)]))
-        .consumer(consumer)]);
+    let harness = TestHarness::builder()
+        .receive_endpoint("billing", |e| {
+            e.retry(RetryPolicy::intervals([Duration::from_millis(5)]))
+                .consumer(consumer)
+        })
+        .start()
+        .await
+        .unwrap();
     let id = harness.publish(&order()).await.unwrap();
     assert_eq!(harness.faulted(id).await.unwrap(), "billing");
     assert_eq!(attempts.load(Ordering::SeqCst), 2);
@@ -184,10 +200,12 @@ async fn a_final_failure_moves_to_the_error_queue_and_publishes_a_fault() {
 #[tokio::test]
 async fn faults_go_to_the_fault_address_when_there_is_one() {
     let (consumer, _) = flaky(u32::MAX);
-    let harness = TestHarness::start([
-        EndpointConfig::new("billing").consumer(consumer),
-        EndpointConfig::new("fault-watch"),
-    ]);
+    let harness = TestHarness::builder()
+        .receive_endpoint("billing", |e| e.consumer(consumer))
+        .receive_endpoint("fault-watch", |e| e)
+        .start()
+        .await
+        .unwrap();
     let id = harness
         .publish_with(&order(), SendOptions::new().fault_address("queue:faults"))
         .await
@@ -205,7 +223,11 @@ async fn faults_go_to_the_fault_address_when_there_is_one() {
 #[tokio::test]
 async fn an_unknown_message_type_goes_to_the_skipped_queue() {
     let (consumer, attempts) = flaky(0);
-    let harness = TestHarness::start([EndpointConfig::new("billing").consumer(consumer)]);
+    let harness = TestHarness::builder()
+        .receive_endpoint("billing", |e| e.consumer(consumer))
+        .start()
+        .await
+        .unwrap();
     let id = harness.send("queue:billing", &Unrelated {}).await.unwrap();
     harness.skipped(&id.to_string()).await.unwrap();
     let skipped = harness.broker().messages("billing_skipped");
@@ -219,7 +241,11 @@ async fn an_unknown_message_type_goes_to_the_skipped_queue() {
 #[tokio::test]
 async fn a_body_that_is_not_an_envelope_goes_to_the_error_queue_with_a_receive_fault() {
     let (consumer, _) = flaky(0);
-    let harness = TestHarness::start([EndpointConfig::new("billing").consumer(consumer)]);
+    let harness = TestHarness::builder()
+        .receive_endpoint("billing", |e| e.consumer(consumer))
+        .start()
+        .await
+        .unwrap();
     for (id, body) in [
         ("bad-json", &b"{not json"[..]),
         (
@@ -260,28 +286,33 @@ async fn a_body_that_is_not_an_envelope_goes_to_the_error_queue_with_a_receive_f
 async fn every_consumer_of_any_advertised_type_runs() {
     let counts = Arc::new(AtomicU32::new(0));
     let (c1, c2) = (counts.clone(), counts.clone());
-    let harness = TestHarness::start([EndpointConfig::new("orders")
-        .consumer(consumer_fn(
-            "Concrete",
-            move |_ctx: ConsumeContext<OrderPlaced>| {
-                let c = c1.clone();
-                async move {
-                    c.fetch_add(1, Ordering::SeqCst);
-                    Ok(())
-                }
-            },
-        ))
-        .consumer(consumer_fn(
-            "Polymorphic",
-            move |ctx: ConsumeContext<IOrderEvent>| {
-                let c = c2.clone();
-                async move {
-                    assert!(!ctx.message().order_id.is_nil());
-                    c.fetch_add(10, Ordering::SeqCst);
-                    Ok(())
-                }
-            },
-        ))]);
+    let harness = TestHarness::builder()
+        .receive_endpoint("orders", |e| {
+            e.consumer(consumer_fn(
+                "Concrete",
+                move |_ctx: ConsumeContext<OrderPlaced>| {
+                    let c = c1.clone();
+                    async move {
+                        c.fetch_add(1, Ordering::SeqCst);
+                        Ok(())
+                    }
+                },
+            ))
+            .consumer(consumer_fn(
+                "Polymorphic",
+                move |ctx: ConsumeContext<IOrderEvent>| {
+                    let c = c2.clone();
+                    async move {
+                        assert!(!ctx.message().order_id.is_nil());
+                        c.fetch_add(10, Ordering::SeqCst);
+                        Ok(())
+                    }
+                },
+            ))
+        })
+        .start()
+        .await
+        .unwrap();
     let id = harness.publish(&order()).await.unwrap();
     harness.consumed(id).await.unwrap();
     assert_eq!(counts.load(Ordering::SeqCst), 11);
@@ -290,15 +321,22 @@ async fn every_consumer_of_any_advertised_type_runs() {
 
 #[tokio::test]
 async fn publishing_from_a_consumer_keeps_the_conversation() {
-    let harness = TestHarness::start([EndpointConfig::new("billing").consumer(consumer_fn(
-        "InvoiceConsumer",
-        |ctx: ConsumeContext<OrderPlaced>| async move {
-            ctx.publish(&InvoiceCreated {
-                order_id: ctx.message().order_id,
-            })
-            .await
-        },
-    ))]);
+    let harness = TestHarness::builder()
+        .receive_endpoint("billing", |e| {
+            e.consumer(consumer_fn(
+                "InvoiceConsumer",
+                |ctx: ConsumeContext<OrderPlaced>| async move {
+                    ctx.publish(&InvoiceCreated {
+                        order_id: ctx.message().order_id,
+                    })
+                    .await?;
+                    Ok(())
+                },
+            ))
+        })
+        .start()
+        .await
+        .unwrap();
     let placed = order();
     let correlation = Uuid::now_v7();
     let id = harness
@@ -329,12 +367,17 @@ async fn publishing_from_a_consumer_keeps_the_conversation() {
 #[tokio::test]
 async fn delayed_redelivery_counts_then_faults() {
     let (consumer, attempts) = flaky(u32::MAX);
-    let harness = TestHarness::start([EndpointConfig::new("billing")
-        .redelivery(RetryPolicy::intervals([
-            Duration::from_millis(10),
-            Duration::from_millis(10),
-        ]))
-        .consumer(consumer)]);
+    let harness = TestHarness::builder()
+        .receive_endpoint("billing", |e| {
+            e.redelivery(RetryPolicy::intervals([
+                Duration::from_millis(10),
+                Duration::from_millis(10),
+            ]))
+            .consumer(consumer)
+        })
+        .start()
+        .await
+        .unwrap();
     let id = harness.publish(&order()).await.unwrap();
     harness.faulted(id).await.unwrap();
     assert_eq!(attempts.load(Ordering::SeqCst), 3);
@@ -350,18 +393,22 @@ async fn delayed_redelivery_counts_then_faults() {
 async fn permanent_errors_are_not_retried() {
     let attempts = Arc::new(AtomicU32::new(0));
     let count = attempts.clone();
-    let harness = TestHarness::start([EndpointConfig::new("billing")
-        .retry(RetryPolicy::immediate(5))
-        .consumer(consumer_fn(
-            "Validator",
-            move |_ctx: ConsumeContext<OrderPlaced>| {
-                let count = count.clone();
-                async move {
-                    count.fetch_add(1, Ordering::SeqCst);
-                    Err(ConsumeError::permanent("total must be positive"))
-                }
-            },
-        ))]);
+    let harness = TestHarness::builder()
+        .receive_endpoint("billing", |e| {
+            e.retry(RetryPolicy::immediate(5)).consumer(consumer_fn(
+                "Validator",
+                move |_ctx: ConsumeContext<OrderPlaced>| {
+                    let count = count.clone();
+                    async move {
+                        count.fetch_add(1, Ordering::SeqCst);
+                        Err(ConsumeError::permanent("total must be positive"))
+                    }
+                },
+            ))
+        })
+        .start()
+        .await
+        .unwrap();
     let id = harness.publish(&order()).await.unwrap();
     harness.faulted(id).await.unwrap();
     assert_eq!(attempts.load(Ordering::SeqCst), 1);
@@ -370,18 +417,23 @@ async fn permanent_errors_are_not_retried() {
 
 #[tokio::test]
 async fn responses_go_to_the_response_address_with_the_request_id() {
-    let harness = TestHarness::start([
-        EndpointConfig::new("orders").consumer(consumer_fn(
-            "StatusConsumer",
-            |ctx: ConsumeContext<OrderPlaced>| async move {
-                ctx.respond(&InvoiceCreated {
-                    order_id: ctx.message().order_id,
-                })
-                .await
-            },
-        )),
-        EndpointConfig::new("client-replies"),
-    ]);
+    let harness = TestHarness::builder()
+        .receive_endpoint("orders", |e| {
+            e.consumer(consumer_fn(
+                "StatusConsumer",
+                |ctx: ConsumeContext<OrderPlaced>| async move {
+                    ctx.respond(&InvoiceCreated {
+                        order_id: ctx.message().order_id,
+                    })
+                    .await?;
+                    Ok(())
+                },
+            ))
+        })
+        .receive_endpoint("client-replies", |e| e)
+        .start()
+        .await
+        .unwrap();
     let request_id = Uuid::now_v7();
     let id = harness
         .publish_with(
@@ -408,9 +460,13 @@ async fn responses_go_to_the_response_address_with_the_request_id() {
 #[tokio::test]
 async fn a_payload_that_does_not_fit_the_type_faults_without_retry() {
     let (consumer, attempts) = flaky(0);
-    let harness = TestHarness::start([EndpointConfig::new("billing")
-        .retry(RetryPolicy::immediate(3))
-        .consumer(consumer)]);
+    let harness = TestHarness::builder()
+        .receive_endpoint("billing", |e| {
+            e.retry(RetryPolicy::immediate(3)).consumer(consumer)
+        })
+        .start()
+        .await
+        .unwrap();
     let body = serde_json::json!({
         "messageId": "181c0000-6393-3630-36a4-08daf4e7c6da",
         "messageType": ["urn:message:Bookstore.Contracts:OrderPlaced"],
@@ -463,9 +519,13 @@ struct Recorded<S> {
 
 impl<S> tower::Service<ferrybus_core::ConsumeRequest> for Recorded<S>
 where
-    S: tower::Service<ferrybus_core::ConsumeRequest, Response = (), Error = ConsumeError>,
+    S: tower::Service<
+        ferrybus_core::ConsumeRequest,
+        Response = ConsumeOutcome,
+        Error = ConsumeError,
+    >,
 {
-    type Response = ();
+    type Response = ConsumeOutcome;
     type Error = ConsumeError;
     type Future = S::Future;
 
@@ -491,11 +551,16 @@ async fn retry_wraps_the_layers_in_the_order_they_were_added() {
         log: log.clone(),
     };
     let (consumer, attempts) = flaky(1);
-    let harness = TestHarness::start([EndpointConfig::new("billing")
-        .retry(RetryPolicy::immediate(1))
-        .layer(record("outer"))
-        .layer(record("inner"))
-        .consumer(consumer)]);
+    let harness = TestHarness::builder()
+        .receive_endpoint("billing", |e| {
+            e.retry(RetryPolicy::immediate(1))
+                .consumer_layer(record("outer"))
+                .consumer_layer(record("inner"))
+                .consumer(consumer)
+        })
+        .start()
+        .await
+        .unwrap();
     let id = harness.publish(&order()).await.unwrap();
     harness.consumed(id).await.unwrap();
     assert_eq!(attempts.load(Ordering::SeqCst), 2);
@@ -509,9 +574,11 @@ async fn retry_wraps_the_layers_in_the_order_they_were_added() {
 #[tokio::test]
 async fn an_oversized_body_goes_to_the_error_queue_unread() {
     let (consumer, attempts) = flaky(0);
-    let harness = TestHarness::start([EndpointConfig::new("billing")
-        .max_body_size(1024)
-        .consumer(consumer)]);
+    let harness = TestHarness::builder()
+        .receive_endpoint("billing", |e| e.max_body_size(1024).consumer(consumer))
+        .start()
+        .await
+        .unwrap();
     let mut body = serde_json::to_vec(&serde_json::json!({
         "messageId": "181c0000-6393-3630-36a4-08daf4e7c6da",
         "messageType": ["urn:message:Bookstore.Contracts:OrderPlaced"],
@@ -541,7 +608,11 @@ async fn an_oversized_body_goes_to_the_error_queue_unread() {
 #[tokio::test]
 async fn a_fault_carries_the_message_as_the_consumer_type_writes_it() {
     let (consumer, _) = flaky(u32::MAX);
-    let harness = TestHarness::start([EndpointConfig::new("billing").consumer(consumer)]);
+    let harness = TestHarness::builder()
+        .receive_endpoint("billing", |e| e.consumer(consumer))
+        .start()
+        .await
+        .unwrap();
     let body = serde_json::json!({
         "messageId": "181c0000-6393-3630-36a4-08daf4e7c6da",
         "messageType": ["urn:message:Bookstore.Contracts:OrderPlaced"],
@@ -564,6 +635,187 @@ async fn a_fault_carries_the_message_as_the_consumer_type_writes_it() {
     assert_eq!(
         fault.message["message"],
         serde_json::json!({"orderId": Uuid::nil(), "total": "5.00"})
+    );
+    harness.stop().await;
+}
+
+/// Panics on every attempt, counting them.
+struct Panicky(Arc<AtomicU32>);
+
+impl Consumer<OrderPlaced> for Panicky {
+    async fn consume(&self, _ctx: ConsumeContext<OrderPlaced>) -> Result<(), ConsumeError> {
+        let attempt = self.0.fetch_add(1, Ordering::SeqCst);
+        if attempt < 3 {
+            panic!("ledger index {attempt} out of range");
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_panicking_consumer_is_retried_then_faulted_and_the_endpoint_lives() {
+    let attempts = Arc::new(AtomicU32::new(0));
+    let harness = TestHarness::builder()
+        .receive_endpoint("billing", |e| {
+            e.retry(RetryPolicy::immediate(2))
+                .consumer(Panicky(attempts.clone()))
+        })
+        .start()
+        .await
+        .unwrap();
+    let id = harness.publish(&order()).await.unwrap();
+    harness.faulted(id).await.unwrap();
+    assert_eq!(
+        attempts.load(Ordering::SeqCst),
+        3,
+        "the policy retried the panic"
+    );
+
+    let moved = harness.broker().messages("billing_error").remove(0);
+    assert_eq!(
+        moved.headers.get_str("MT-Fault-ExceptionType"),
+        Some("Panic")
+    );
+    assert_eq!(
+        moved.headers.get_str("MT-Fault-Message"),
+        Some("ledger index 2 out of range")
+    );
+    assert_eq!(moved.headers.get_i64("MT-Fault-RetryCount"), Some(2));
+    let fault = harness.sent::<Fault<OrderPlaced>>().await.unwrap();
+    let fault: Fault<OrderPlaced> = serde_json::from_value(fault.message).unwrap();
+    assert_eq!(fault.faulted_message_id, Some(id));
+    assert_eq!(fault.exceptions[0].exception_type, "Panic");
+    assert_eq!(harness.sent_now::<Fault<OrderPlaced>>().len(), 1);
+
+    // The endpoint still consumes: the fourth attempt (a new message) succeeds.
+    let next = harness.publish(&order()).await.unwrap();
+    harness.consumed(next).await.unwrap();
+    harness.stop().await;
+}
+
+/// An endpoint layer written the way a user would: counts settlements by kind, and panics on
+/// a delivery whose message id property is `boom`.
+#[derive(Clone, Default)]
+struct SettlementCounter(Arc<Mutex<std::collections::HashMap<SettlementKind, usize>>>);
+
+impl SettlementCounter {
+    fn count(&self, kind: SettlementKind) -> usize {
+        self.0.lock().unwrap().get(&kind).copied().unwrap_or(0)
+    }
+}
+
+impl tower::Layer<BoxEndpointService> for SettlementCounter {
+    type Service = BoxEndpointService;
+
+    fn layer(&self, inner: BoxEndpointService) -> BoxEndpointService {
+        let counts = self.0.clone();
+        BoxEndpointService::new(tower::service_fn(move |delivery: Delivery| {
+            let (inner, counts) = (inner.clone(), counts.clone());
+            async move {
+                if delivery.message_id.as_deref() == Some("boom") {
+                    panic!("the layer blew up");
+                }
+                let settlement = tower::ServiceExt::oneshot(inner, delivery).await?;
+                *counts.lock().unwrap().entry(settlement.kind()).or_default() += 1;
+                Ok::<_, std::convert::Infallible>(settlement)
+            }
+        }))
+    }
+}
+
+/// A consumer layer standing in for an inbox: answers `Duplicate` without running the consumer
+/// for orders whose total is `"dup"`.
+#[derive(Clone)]
+struct FakeInbox;
+
+impl tower::Layer<ferrybus_core::BoxConsumeService> for FakeInbox {
+    type Service = ferrybus_core::BoxConsumeService;
+
+    fn layer(&self, inner: ferrybus_core::BoxConsumeService) -> Self::Service {
+        ferrybus_core::BoxConsumeService::new(tower::service_fn(
+            move |request: ferrybus_core::ConsumeRequest| {
+                let inner = inner.clone();
+                async move {
+                    if request.received().envelope.message["total"] == "dup" {
+                        return Ok(ConsumeOutcome::Duplicate);
+                    }
+                    tower::ServiceExt::oneshot(inner, request).await
+                }
+            },
+        ))
+    }
+}
+
+#[tokio::test]
+async fn an_endpoint_layer_sees_every_settlement_and_a_panicking_layer_faults() {
+    let counter = SettlementCounter::default();
+    let harness = TestHarness::builder()
+        .receive_endpoint("billing", |e| {
+            e.layer(counter.clone())
+                .consumer_layer(FakeInbox)
+                .redelivery(RetryPolicy::intervals([Duration::from_millis(5)]))
+                .consumer(consumer_fn(
+                    "Picky",
+                    |ctx: ConsumeContext<OrderPlaced>| async move {
+                        match ctx.message().total.as_str() {
+                            "bad" => Err(ConsumeError::handler("declined")),
+                            _ => Ok(()),
+                        }
+                    },
+                ))
+        })
+        .start()
+        .await
+        .unwrap();
+    let ok = harness.publish(&order()).await.unwrap();
+    harness.consumed(ok).await.unwrap();
+    let dup = harness
+        .publish(&OrderPlaced {
+            total: "dup".into(),
+            ..order()
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        harness.settled(dup).await.unwrap(),
+        SettlementKind::Duplicate
+    );
+    let bad = harness
+        .publish(&OrderPlaced {
+            total: "bad".into(),
+            ..order()
+        })
+        .await
+        .unwrap();
+    harness.faulted(bad).await.unwrap(); // redelivered once, then faulted
+    let skipped = harness.send("queue:billing", &Unrelated {}).await.unwrap();
+    harness.skipped(&skipped.to_string()).await.unwrap();
+    harness.publish_raw(
+        "billing",
+        StoredMessage {
+            body: serde_json::to_vec(&serde_json::json!({"messageType": [], "message": {}}))
+                .unwrap()
+                .into(),
+            message_id: Some("boom".into()),
+            ..StoredMessage::default()
+        },
+    );
+    harness.faulted_raw("boom").await.unwrap();
+
+    assert_eq!(counter.count(SettlementKind::Ack), 1);
+    assert_eq!(counter.count(SettlementKind::Duplicate), 1);
+    assert_eq!(counter.count(SettlementKind::Redeliver), 1);
+    assert_eq!(
+        counter.count(SettlementKind::Fault),
+        1,
+        "the panic is not counted by the layer that panicked"
+    );
+    assert_eq!(counter.count(SettlementKind::Skip), 1);
+    let errors = harness.broker().messages("billing_error");
+    assert_eq!(errors.len(), 2);
+    assert_eq!(
+        errors[1].headers.get_str("MT-Fault-Message"),
+        Some("the layer blew up")
     );
     harness.stop().await;
 }

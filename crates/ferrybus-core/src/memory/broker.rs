@@ -4,6 +4,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use bytes::Bytes;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -13,7 +14,7 @@ use crate::envelope::Headers;
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct StoredMessage {
     /// The body.
-    pub body: Arc<[u8]>,
+    pub body: Bytes,
     /// The content type property.
     pub content_type: Option<String>,
     /// Transport headers.

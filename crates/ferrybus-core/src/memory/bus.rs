@@ -1,6 +1,6 @@
-//! The in-memory bus: receive endpoints on an [`InMemoryBroker`], with the same semantics as the
-//! RabbitMQ transport (routing by message type, `_error` / `_skipped` queues, faults, retries,
-//! delayed redelivery).
+//! The in-memory bus: receive endpoints on an [`InMemoryBroker`], with the same endpoint services
+//! and the same settlement rules as the RabbitMQ transport (routing by message type, `_error` /
+//! `_skipped` queues, faults published once after the move, retries, delayed redelivery).
 
 use std::sync::{Arc, Mutex};
 
@@ -8,49 +8,39 @@ use async_trait::async_trait;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
+use tower::ServiceExt;
 
 use crate::address::HostAddress;
+use crate::bus::{Background, BusConfig, Storage};
+use crate::endpoint::{BoxEndpointService, Delivery, EndpointConfig, Settlement, SettlementKind};
 use crate::envelope::Headers;
+use crate::error::BoxError;
 use crate::memory::broker::{InMemoryBroker, StoredMessage};
-use crate::message::Message;
-use crate::outgoing::{MessageFactory, MessageOrigin, MessageSink, OutgoingMessage, SendOptions};
-use crate::pipeline::{Disposition, EndpointConfig, InboundDelivery, ReceivePipeline};
-use crate::BoxError;
+use crate::outgoing::{MessageFactory, MessageOrigin, OutgoingMessage};
+use crate::publish::{MessageSink, Publish, PublishError};
 
 /// Something that happened on the bus, for tests to wait on.
 #[derive(Clone, Debug, PartialEq)]
 pub enum BusEvent {
     /// A message left through the bus or a consumer (publish, send, respond, fault).
     Sent(Box<OutgoingMessage>),
-    /// Every consumer on `queue` finished message `message_id`.
-    Consumed {
+    /// A delivery on `queue` was settled.
+    Settled {
         /// The endpoint.
         queue: String,
         /// The message id property.
         message_id: Option<String>,
+        /// How it was settled.
+        settlement: SettlementKind,
     },
-    /// The message was moved to `<queue>_error`.
-    Faulted {
-        /// The endpoint.
-        queue: String,
-        /// The message id property.
-        message_id: Option<String>,
-    },
-    /// The message was moved to `<queue>_skipped`.
-    Skipped {
-        /// The endpoint.
-        queue: String,
-        /// The message id property.
-        message_id: Option<String>,
-    },
-    /// A delayed redelivery was scheduled.
-    Redelivered {
-        /// The endpoint.
-        queue: String,
-        /// The message id property.
-        message_id: Option<String>,
-    },
+}
+
+impl BusEvent {
+    /// Whether this settled the delivery with message id property `id` as one of `kinds`.
+    pub fn settles(&self, id: &str, kinds: &[SettlementKind]) -> bool {
+        matches!(self, BusEvent::Settled { message_id: Some(m), settlement, .. }
+            if m == id && kinds.contains(settlement))
+    }
 }
 
 /// An append-only log of [`BusEvent`]s that waiters can watch.
@@ -98,7 +88,7 @@ pub struct InMemorySink {
 
 #[async_trait]
 impl MessageSink for InMemorySink {
-    async fn deliver(&self, message: OutgoingMessage) -> Result<(), BoxError> {
+    async fn deliver(&self, message: OutgoingMessage) -> Result<(), PublishError> {
         let destination = message.destination()?;
         self.broker.declare_exchange(&destination.name);
         if let Some(queue) = &destination.queue {
@@ -127,21 +117,33 @@ fn stored(message: &OutgoingMessage) -> StoredMessage {
     }
 }
 
-/// Builds an [`InMemoryBus`].
-#[derive(Default)]
+/// Builds an [`InMemoryBus`]: the same configuration tree as the RabbitMQ bus.
+#[derive(Debug, Default)]
 pub struct InMemoryBusBuilder {
-    endpoints: Vec<EndpointConfig>,
+    config: BusConfig,
 }
 
 impl InMemoryBusBuilder {
-    /// Adds a receive endpoint.
-    pub fn receive_endpoint(mut self, endpoint: EndpointConfig) -> Self {
-        self.endpoints.push(endpoint);
+    /// Adds a receive endpoint named `name`, configured by `configure`.
+    pub fn receive_endpoint(
+        mut self,
+        name: impl Into<String>,
+        configure: impl FnOnce(EndpointConfig) -> EndpointConfig,
+    ) -> Self {
+        self.config = self.config.receive_endpoint(name, configure);
         self
     }
 
-    /// Declares the topology and starts consuming.
-    pub fn start(self) -> InMemoryBus {
+    /// Sets the storage (inbox, outboxes and their background services).
+    pub fn storage(mut self, storage: impl Storage) -> Self {
+        self.config = self.config.storage(storage);
+        self
+    }
+
+    /// Prepares the storage, declares the topology and starts consuming.
+    pub async fn start(self) -> Result<InMemoryBus, BoxError> {
+        self.config.validate()?;
+        self.config.prepare_storage().await?;
         let broker = InMemoryBroker::new();
         let events = EventLog::new();
         let factory = Arc::new(MessageFactory::new(HostAddress::loopback()));
@@ -149,49 +151,62 @@ impl InMemoryBusBuilder {
             broker: broker.clone(),
             events: events.clone(),
         };
-        let cancel = CancellationToken::new();
+        let stop = CancellationToken::new();
         let mut tasks = JoinSet::new();
-        for endpoint in self.endpoints {
-            let queue = endpoint.queue().to_owned();
+        for endpoint in self.config.endpoints() {
+            let queue = endpoint.name().to_owned();
             broker.declare_endpoint(&queue);
-            for t in endpoint.message_types() {
-                broker.declare_exchange(t.entity_name());
-                broker.bind_exchange(t.entity_name(), &queue);
+            if endpoint.binds_message_types() {
+                for t in endpoint.message_types() {
+                    broker.declare_exchange(t.entity_name());
+                    broker.bind_exchange(t.entity_name(), &queue);
+                }
             }
-            let concurrency = endpoint.concurrency_limit();
-            let pipeline = endpoint.build(
+            let context = self.config.endpoint_context(
+                endpoint,
                 factory.host().entity_address(&queue),
                 Arc::new(sink.clone()),
                 factory.clone(),
-                cancel.child_token(),
+                CancellationToken::new(),
             );
             let runner = EndpointRunner {
                 queue,
                 broker: broker.clone(),
                 events: events.clone(),
-                pipeline,
+                sink: sink.clone(),
+                service: endpoint.build(context),
             };
-            tasks.spawn(runner.run(concurrency, cancel.clone()));
+            tasks.spawn(runner.run(endpoint.concurrency_limit(), stop.clone()));
         }
-        InMemoryBus {
+        let background = self.config.start_storage(Arc::new(sink.clone()));
+        let origin = MessageOrigin {
+            source_address: Some(factory.host().entity_address("bus")),
+            ..MessageOrigin::default()
+        };
+        Ok(InMemoryBus {
             broker,
             events,
             factory,
+            origin,
             sink,
-            cancel,
+            stop,
             tasks,
-        }
+            background,
+        })
     }
 }
 
-/// A running in-memory bus. See [`crate::memory::TestHarness`] for the test-friendly wrapper.
+/// A running in-memory bus. See [`TestHarness`](crate::memory::TestHarness) for the
+/// test-friendly wrapper. Publish through its [`Publish`] implementation.
 pub struct InMemoryBus {
     broker: InMemoryBroker,
     events: EventLog,
     factory: Arc<MessageFactory>,
+    origin: MessageOrigin,
     sink: InMemorySink,
-    cancel: CancellationToken,
+    stop: CancellationToken,
     tasks: JoinSet<()>,
+    background: Background,
 }
 
 impl InMemoryBus {
@@ -205,54 +220,36 @@ impl InMemoryBus {
         &self.broker
     }
 
-    /// Publishes `message` from outside any consumer; returns its message id.
-    pub async fn publish<M: Message>(&self, message: &M) -> Result<Uuid, BoxError> {
-        self.publish_with(message, SendOptions::new()).await
-    }
-
-    /// Publishes with options.
-    pub async fn publish_with<M: Message>(
-        &self,
-        message: &M,
-        options: SendOptions,
-    ) -> Result<Uuid, BoxError> {
-        let out = self.factory.publish(message, &self.bus_origin(), options)?;
-        let id = out.message_id;
-        self.sink.deliver(out).await?;
-        Ok(id)
-    }
-
-    /// Sends `message` to `address`; returns its message id.
-    pub async fn send<M: Message>(&self, address: &str, message: &M) -> Result<Uuid, BoxError> {
-        let out = self
-            .factory
-            .send(address, message, &self.bus_origin(), SendOptions::new())?;
-        let id = out.message_id;
-        self.sink.deliver(out).await?;
-        Ok(id)
-    }
-
     /// Puts raw bytes on exchange `exchange` as a foreign publisher would.
     pub fn publish_raw(&self, exchange: &str, message: StoredMessage) {
         self.broker.declare_exchange(exchange);
         self.broker.publish(exchange, message);
     }
 
-    fn bus_origin(&self) -> MessageOrigin {
-        MessageOrigin {
-            source_address: Some(self.factory.host().entity_address("bus")),
-            ..MessageOrigin::default()
-        }
-    }
-
     pub(crate) fn events(&self) -> &EventLog {
         &self.events
     }
 
-    /// Stops every endpoint: no new deliveries, in-flight ones finish.
+    /// Stops consuming, lets in-flight deliveries finish, then stops the storage's background
+    /// services.
     pub async fn stop(mut self) {
-        self.cancel.cancel();
+        self.stop.cancel();
         while self.tasks.join_next().await.is_some() {}
+        std::mem::take(&mut self.background).stop().await;
+    }
+}
+
+impl Publish for InMemoryBus {
+    fn message_factory(&self) -> &MessageFactory {
+        &self.factory
+    }
+
+    fn message_origin(&self) -> &MessageOrigin {
+        &self.origin
+    }
+
+    async fn deliver(&self, message: OutgoingMessage) -> Result<(), PublishError> {
+        self.sink.deliver(message).await
     }
 }
 
@@ -260,11 +257,12 @@ struct EndpointRunner {
     queue: String,
     broker: InMemoryBroker,
     events: EventLog,
-    pipeline: ReceivePipeline,
+    sink: InMemorySink,
+    service: BoxEndpointService,
 }
 
 impl EndpointRunner {
-    async fn run(self, concurrency: usize, cancel: CancellationToken) {
+    async fn run(self, concurrency: usize, stop: CancellationToken) {
         let this = Arc::new(self);
         let limit = Arc::new(Semaphore::new(concurrency));
         let mut in_flight = JoinSet::new();
@@ -272,7 +270,7 @@ impl EndpointRunner {
             let Ok(permit) = limit.clone().acquire_owned().await else {
                 break;
             };
-            let Some(message) = this.broker.receive(&this.queue, &cancel).await else {
+            let Some(message) = this.broker.receive(&this.queue, &stop).await else {
                 break;
             };
             let runner = this.clone();
@@ -286,57 +284,61 @@ impl EndpointRunner {
     }
 
     async fn handle(&self, message: StoredMessage) {
-        let delivery = InboundDelivery {
-            body: message.body.to_vec(),
+        let delivery = Delivery {
+            body: message.body.clone(),
             content_type: message.content_type.clone(),
             headers: message.headers.clone(),
             message_id: message.message_id.clone(),
             correlation_id: message.correlation_id.clone(),
             redelivered: message.redelivered,
+            exchange: self.queue.clone(),
+            ..Delivery::default()
         };
-        let disposition = self.pipeline.handle(&delivery).await;
-        self.settle(message, disposition);
+        let Ok(settlement) = self.service.clone().oneshot(delivery).await;
+        self.settle(message, settlement).await;
     }
 
-    /// Carries out a [`Disposition`], as the RabbitMQ transport does with acks and moves.
-    fn settle(&self, message: StoredMessage, disposition: Disposition) {
-        let queue = self.queue.clone();
+    /// Carries out a [`Settlement`], as the RabbitMQ transport does: moves first, then publishes
+    /// the fault, then "acknowledges" (records the event).
+    async fn settle(&self, message: StoredMessage, settlement: Settlement) {
+        let kind = settlement.kind();
         let message_id = message.message_id.clone();
-        match disposition {
-            Disposition::Consumed => self.events.push(BusEvent::Consumed { queue, message_id }),
-            Disposition::Faulted { headers } => {
-                self.move_to(&format!("{queue}_error"), message, headers);
-                self.events.push(BusEvent::Faulted { queue, message_id });
+        match settlement {
+            Settlement::Ack | Settlement::Duplicate => {}
+            Settlement::Fault(faulted) => {
+                self.move_to("_error", message, faulted.headers);
+                if let Some(fault) = faulted.fault {
+                    if let Err(error) = self.sink.deliver(fault).await {
+                        tracing::warn!(target: "ferrybus::memory", %error, "could not publish the fault");
+                    }
+                }
             }
-            Disposition::Skipped { headers } => {
-                self.move_to(&format!("{queue}_skipped"), message, headers);
-                self.events.push(BusEvent::Skipped { queue, message_id });
-            }
-            Disposition::Redeliver {
-                delay,
-                body,
-                headers,
-            } => {
+            Settlement::Skip { headers } => self.move_to("_skipped", message, headers),
+            Settlement::Redeliver(redelivery) => {
                 let mut again = message;
-                again.body = body.into();
-                merge(&mut again.headers, headers);
+                again.body = redelivery.body;
+                merge(&mut again.headers, redelivery.headers);
                 let broker = self.broker.clone();
-                let target = queue.clone();
+                let target = self.queue.clone();
                 tokio::spawn(async move {
-                    tokio::time::sleep(delay).await;
+                    tokio::time::sleep(redelivery.delay).await;
                     broker.publish(&target, again);
                 });
-                self.events
-                    .push(BusEvent::Redelivered { queue, message_id });
             }
-            Disposition::Abandoned => self.broker.requeue(&queue, message),
+            Settlement::Abandon => self.broker.requeue(&self.queue, message),
         }
+        self.events.push(BusEvent::Settled {
+            queue: self.queue.clone(),
+            message_id,
+            settlement: kind,
+        });
     }
 
-    fn move_to(&self, name: &str, mut message: StoredMessage, headers: Headers) {
-        self.broker.declare_endpoint(name);
+    fn move_to(&self, suffix: &str, mut message: StoredMessage, headers: Headers) {
+        let name = format!("{}{suffix}", self.queue);
+        self.broker.declare_endpoint(&name);
         merge(&mut message.headers, headers);
-        self.broker.publish(name, message);
+        self.broker.publish(&name, message);
     }
 }
 

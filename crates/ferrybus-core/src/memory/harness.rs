@@ -5,64 +5,98 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
+use crate::bus::Storage;
+use crate::endpoint::{EndpointConfig, SettlementKind};
 use crate::envelope::Envelope;
+use crate::error::BoxError;
 use crate::memory::broker::{InMemoryBroker, StoredMessage};
-use crate::memory::bus::{BusEvent, InMemoryBus};
+use crate::memory::bus::{BusEvent, InMemoryBus, InMemoryBusBuilder};
 use crate::message::Message;
-use crate::outgoing::SendOptions;
-use crate::pipeline::EndpointConfig;
-use crate::BoxError;
+use crate::outgoing::{MessageFactory, MessageOrigin, OutgoingMessage};
+use crate::publish::{Publish, PublishError};
 
 /// Waiting took longer than the harness timeout.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("timed out after {0:?} waiting for {1}")]
 pub struct HarnessTimeout(Duration, String);
 
-/// A test harness over an [`InMemoryBus`]: the way to test consumers without a broker.
+/// A test harness over an [`InMemoryBus`]: the way to test consumers without a broker. It
+/// publishes through [`Publish`] and waits for outcomes.
 ///
 /// ```
 /// use ferrybus_core::memory::TestHarness;
-/// use ferrybus_core::{consumer_fn, ConsumeContext, ConsumeError, EndpointConfig};
+/// use ferrybus_core::{consumer_fn, ConsumeContext, ConsumeError, Publish};
 /// # use serde::{Deserialize, Serialize};
 /// #[derive(Debug, Serialize, Deserialize, ferrybus_core::Message)]
 /// #[message(namespace = "Bookstore.Contracts")]
 /// struct OrderPlaced { total: String }
 ///
-/// # tokio_test_block(async {
-/// let harness = TestHarness::start([EndpointConfig::new("billing").consumer(consumer_fn(
-///     "InvoiceConsumer",
-///     |_ctx: ConsumeContext<OrderPlaced>| async { Ok::<_, ConsumeError>(()) },
-/// ))]);
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let harness = TestHarness::builder()
+///     .receive_endpoint("billing", |e| {
+///         e.consumer(consumer_fn("InvoiceConsumer", |_ctx: ConsumeContext<OrderPlaced>| async {
+///             Ok::<_, ConsumeError>(())
+///         }))
+///     })
+///     .start()
+///     .await
+///     .unwrap();
 /// let id = harness.publish(&OrderPlaced { total: "12.00".into() }).await.unwrap();
 /// harness.consumed(id).await.unwrap();
 /// harness.stop().await;
 /// # });
-/// # fn tokio_test_block(f: impl std::future::Future<Output = ()>) {
-/// #     tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(f)
-/// # }
 /// ```
 pub struct TestHarness {
     bus: InMemoryBus,
     timeout: Duration,
 }
 
-impl TestHarness {
-    /// Starts a bus with these endpoints.
-    pub fn start(endpoints: impl IntoIterator<Item = EndpointConfig>) -> Self {
-        let bus = endpoints
-            .into_iter()
-            .fold(InMemoryBus::builder(), |b, e| b.receive_endpoint(e))
-            .start();
-        Self {
-            bus,
-            timeout: Duration::from_secs(10),
-        }
+/// Builds a [`TestHarness`]: the bus configuration, and how long waits wait.
+#[derive(Debug)]
+pub struct TestHarnessBuilder {
+    bus: InMemoryBusBuilder,
+    timeout: Duration,
+}
+
+impl TestHarnessBuilder {
+    /// Adds a receive endpoint named `name`, configured by `configure`.
+    pub fn receive_endpoint(
+        mut self,
+        name: impl Into<String>,
+        configure: impl FnOnce(EndpointConfig) -> EndpointConfig,
+    ) -> Self {
+        self.bus = self.bus.receive_endpoint(name, configure);
+        self
     }
 
-    /// Sets how long `wait_*` methods wait (10 s by default).
-    pub fn with_timeout(mut self, timeout: Duration) -> Self {
+    /// Sets the storage (e.g. a `PostgresStorage`, to test consumers behind the inbox).
+    pub fn storage(mut self, storage: impl Storage) -> Self {
+        self.bus = self.bus.storage(storage);
+        self
+    }
+
+    /// Sets how long the `wait` methods wait (10 s by default).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
         self
+    }
+
+    /// Starts the bus.
+    pub async fn start(self) -> Result<TestHarness, BoxError> {
+        Ok(TestHarness {
+            bus: self.bus.start().await?,
+            timeout: self.timeout,
+        })
+    }
+}
+
+impl TestHarness {
+    /// A builder.
+    pub fn builder() -> TestHarnessBuilder {
+        TestHarnessBuilder {
+            bus: InMemoryBus::builder(),
+            timeout: Duration::from_secs(10),
+        }
     }
 
     /// The bus.
@@ -75,87 +109,76 @@ impl TestHarness {
         self.bus.broker()
     }
 
-    /// Publishes a message; returns its id.
-    pub async fn publish<M: Message>(&self, message: &M) -> Result<Uuid, BoxError> {
-        self.bus.publish(message).await
-    }
-
-    /// Publishes with options; returns its id.
-    pub async fn publish_with<M: Message>(
-        &self,
-        message: &M,
-        options: SendOptions,
-    ) -> Result<Uuid, BoxError> {
-        self.bus.publish_with(message, options).await
-    }
-
-    /// Sends to an address; returns the message id.
-    pub async fn send<M: Message>(&self, address: &str, message: &M) -> Result<Uuid, BoxError> {
-        self.bus.send(address, message).await
-    }
-
     /// Puts a raw body on exchange `exchange` (a queue's own exchange has its name).
     pub fn publish_raw(&self, exchange: &str, message: StoredMessage) {
         self.bus.publish_raw(exchange, message);
     }
 
-    /// Waits until message `id` was consumed by every consumer on its endpoint.
+    /// Waits until message `id` was consumed (acknowledged, or acknowledged as a duplicate) by
+    /// every consumer on its endpoint.
     pub async fn consumed(&self, id: Uuid) -> Result<(), HarnessTimeout> {
-        let id = Some(id.to_string());
-        self.wait_for(
-            "the message to be consumed",
-            |e| matches!(e, BusEvent::Consumed { message_id, .. } if *message_id == id),
+        self.settled_as(
+            &id.to_string(),
+            &[SettlementKind::Ack, SettlementKind::Duplicate],
         )
         .await
         .map(drop)
     }
 
-    /// Waits until message `id` was moved to an error queue; returns the queue's endpoint name.
+    /// Waits until message `id` was moved to an error queue; returns the endpoint's name.
     pub async fn faulted(&self, id: Uuid) -> Result<String, HarnessTimeout> {
-        let id = Some(id.to_string());
-        let event = self
-            .wait_for(
-                "the message to fault",
-                |e| matches!(e, BusEvent::Faulted { message_id, .. } if *message_id == id),
-            )
-            .await?;
-        Ok(match event {
-            BusEvent::Faulted { queue, .. } => queue,
-            _ => unreachable!("the predicate matched a fault"),
-        })
+        self.faulted_raw(&id.to_string()).await
+    }
+
+    /// Waits until a message with id property `id` (any text) was moved to an error queue;
+    /// returns the endpoint's name.
+    pub async fn faulted_raw(&self, id: &str) -> Result<String, HarnessTimeout> {
+        match self.settled_as(id, &[SettlementKind::Fault]).await? {
+            BusEvent::Settled { queue, .. } => Ok(queue),
+            BusEvent::Sent(_) => unreachable!("the predicate matched a settlement"),
+        }
     }
 
     /// Waits until a message with id property `id` (any text) was moved to a skipped queue.
     pub async fn skipped(&self, id: &str) -> Result<(), HarnessTimeout> {
-        self.wait_for("the message to be skipped", |e| {
-            matches!(e, BusEvent::Skipped { message_id, .. } if message_id.as_deref() == Some(id))
-        })
-        .await
-        .map(drop)
+        self.settled_as(id, &[SettlementKind::Skip]).await.map(drop)
     }
 
-    /// Waits until a message with id property `id` was moved to an error queue.
-    pub async fn faulted_raw(&self, id: &str) -> Result<(), HarnessTimeout> {
-        self.wait_for("the message to fault", |e| {
-            matches!(e, BusEvent::Faulted { message_id, .. } if message_id.as_deref() == Some(id))
-        })
-        .await
-        .map(drop)
+    /// Waits until message `id` was settled in any way; returns how.
+    pub async fn settled(&self, id: Uuid) -> Result<SettlementKind, HarnessTimeout> {
+        let id = id.to_string();
+        let event = self
+            .wait_for(
+                "the message to be settled",
+                |e| matches!(e, BusEvent::Settled { message_id: Some(m), .. } if *m == id),
+            )
+            .await?;
+        match event {
+            BusEvent::Settled { settlement, .. } => Ok(settlement),
+            BusEvent::Sent(_) => unreachable!("the predicate matched a settlement"),
+        }
+    }
+
+    async fn settled_as(
+        &self,
+        id: &str,
+        kinds: &[SettlementKind],
+    ) -> Result<BusEvent, HarnessTimeout> {
+        let what = format!("message {id} to be settled as one of {kinds:?}");
+        self.wait_for(&what, |e| e.settles(id, kinds)).await
     }
 
     /// Waits until a message of type `M` was sent or published, and returns its envelope.
     pub async fn sent<M: Message>(&self) -> Result<Envelope, HarnessTimeout> {
         let urn = M::message_type().urn().to_owned();
         let event = self
-            .wait_for(&format!("a {urn} to be sent"), |e| {
-                matches!(e, BusEvent::Sent(m) if m.message_type.first().is_some_and(|t| t.eq_ignore_ascii_case(&urn)))
-            })
+            .wait_for(&format!("a {urn} to be sent"), |e| is_sent(e, &urn))
             .await?;
         match event {
             BusEvent::Sent(m) => {
                 Ok(Envelope::from_slice(&m.body).expect("ferrybus wrote a valid envelope"))
             }
-            _ => unreachable!("the predicate matched a sent message"),
+            BusEvent::Settled { .. } => unreachable!("the predicate matched a sent message"),
         }
     }
 
@@ -165,13 +188,7 @@ impl TestHarness {
         self.events()
             .into_iter()
             .filter_map(|e| match e {
-                BusEvent::Sent(m)
-                    if m.message_type
-                        .first()
-                        .is_some_and(|t| t.eq_ignore_ascii_case(&urn)) =>
-                {
-                    Envelope::from_slice(&m.body).ok()
-                }
+                BusEvent::Sent(m) if is_type(&m, &urn) => Envelope::from_slice(&m.body).ok(),
                 _ => None,
             })
             .collect()
@@ -209,4 +226,29 @@ impl TestHarness {
     pub async fn stop(self) {
         self.bus.stop().await;
     }
+}
+
+impl Publish for TestHarness {
+    fn message_factory(&self) -> &MessageFactory {
+        self.bus.message_factory()
+    }
+
+    fn message_origin(&self) -> &MessageOrigin {
+        self.bus.message_origin()
+    }
+
+    async fn deliver(&self, message: OutgoingMessage) -> Result<(), PublishError> {
+        self.bus.deliver(message).await
+    }
+}
+
+fn is_type(message: &OutgoingMessage, urn: &str) -> bool {
+    message
+        .message_type
+        .first()
+        .is_some_and(|t| t.eq_ignore_ascii_case(urn))
+}
+
+fn is_sent(event: &BusEvent, urn: &str) -> bool {
+    matches!(event, BusEvent::Sent(m) if is_type(m, urn))
 }

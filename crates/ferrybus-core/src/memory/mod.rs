@@ -12,4 +12,4 @@ mod harness;
 
 pub use broker::{InMemoryBroker, StoredMessage};
 pub use bus::{BusEvent, InMemoryBus, InMemoryBusBuilder, InMemorySink};
-pub use harness::{HarnessTimeout, TestHarness};
+pub use harness::{HarnessTimeout, TestHarness, TestHarnessBuilder};

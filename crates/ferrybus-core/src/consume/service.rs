@@ -5,19 +5,26 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::future::BoxFuture;
-use tower::util::BoxCloneSyncService;
+use tower::util::{BoxCloneSyncService, BoxCloneSyncServiceLayer};
 use tower::Service;
 
+use crate::consume::panic::catch_panic;
+use crate::consume::{ConsumeOutcome, ConsumeRequest};
 use crate::consumer::{ConsumeContext, Consumer};
 use crate::error::{ConsumeError, ConsumeErrorKind};
 use crate::message::Message;
-use crate::pipeline::ConsumeRequest;
 
-/// A type-erased consumer pipeline: what every layer wraps and returns.
-pub type BoxConsumeService = BoxCloneSyncService<ConsumeRequest, (), ConsumeError>;
+/// A type-erased consumer pipeline: what every consumer-level layer wraps and returns.
+pub type BoxConsumeService = BoxCloneSyncService<ConsumeRequest, ConsumeOutcome, ConsumeError>;
+
+/// A type-erased consumer-level layer (the inbox, a user's
+/// [`consumer_layer`](crate::EndpointConfig::consumer_layer)).
+pub type BoxConsumeLayer =
+    BoxCloneSyncServiceLayer<BoxConsumeService, ConsumeRequest, ConsumeOutcome, ConsumeError>;
 
 /// Runs consumer `C` for message `M`: deserializes the payload into `M` (a failure is a permanent
-/// [`ConsumeErrorKind::Deserialize`] error) and calls [`Consumer::consume`].
+/// [`ConsumeErrorKind::Deserialize`] error), calls [`Consumer::consume`], and turns a panic into
+/// a [`ConsumeError::panic`] so the retry policy and the error queue treat it like any failure.
 pub struct ConsumerService<C, M> {
     consumer: Arc<C>,
     _message: PhantomData<fn(M)>,
@@ -44,9 +51,9 @@ where
     C: Consumer<M>,
     M: Message,
 {
-    type Response = ();
+    type Response = ConsumeOutcome;
     type Error = ConsumeError;
-    type Future = BoxFuture<'static, Result<(), ConsumeError>>;
+    type Future = BoxFuture<'static, Result<ConsumeOutcome, ConsumeError>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         Poll::Ready(Ok(()))
@@ -54,13 +61,14 @@ where
 
     fn call(&mut self, request: ConsumeRequest) -> Self::Future {
         let consumer = self.consumer.clone();
-        Box::pin(async move {
+        Box::pin(catch_panic(async move {
             let message = M::deserialize(&request.received().envelope.message).map_err(|e| {
                 ConsumeError::new(ConsumeErrorKind::Deserialize, e).into_permanent()
             })?;
             consumer
                 .consume(ConsumeContext::new(message, request))
-                .await
-        })
+                .await?;
+            Ok(ConsumeOutcome::Consumed)
+        }))
     }
 }

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use tower::retry::Policy;
 
+use crate::consume::{ConsumeOutcome, ConsumeRequest};
 use crate::error::ConsumeError;
-use crate::pipeline::ConsumeRequest;
 
 /// Which delays a [`RetryPolicy`] waits before each retry.
 #[derive(Clone, Debug, PartialEq)]
@@ -165,13 +165,13 @@ fn exponential_delay(index: u32, min: Duration, max: Duration, delta: Duration) 
 
 type RetryFuture = Pin<Box<dyn Future<Output = ()> + Send>>;
 
-impl Policy<ConsumeRequest, (), ConsumeError> for RetryPolicy {
+impl Policy<ConsumeRequest, ConsumeOutcome, ConsumeError> for RetryPolicy {
     type Future = RetryFuture;
 
     fn retry(
         &mut self,
         request: &mut ConsumeRequest,
-        result: &mut Result<(), ConsumeError>,
+        result: &mut Result<ConsumeOutcome, ConsumeError>,
     ) -> Option<Self::Future> {
         let Err(error) = result else { return None };
         let delay = self

@@ -1,4 +1,5 @@
-//! [`ConsumeRequest`]: what flows through a consumer's tower pipeline.
+//! [`ConsumeRequest`]: what flows through a consumer's tower pipeline, and the
+//! [`ConsumeOutcome`] that comes back.
 
 use std::sync::Arc;
 
@@ -7,7 +8,19 @@ use uuid::Uuid;
 
 use crate::envelope::{Envelope, Headers};
 use crate::message::{consumer_id, MessageType};
-use crate::outgoing::{MessageFactory, SharedSink};
+use crate::outgoing::MessageFactory;
+use crate::publish::SharedSink;
+
+/// How a consumer's pipeline handled a message (its `Ok` answer; failures are a
+/// [`ConsumeError`](crate::ConsumeError)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ConsumeOutcome {
+    /// The consumer ran and succeeded.
+    Consumed,
+    /// The consumer did not run: this consumer had handled the message already (the inbox).
+    Duplicate,
+}
 
 /// A received message after its body was read: the envelope and where it came from.
 #[derive(Clone, Debug)]

@@ -1,0 +1,23 @@
+//! The consumer pipeline: one tower [`Service`](tower::Service) per consumer, taking a
+//! [`ConsumeRequest`] and answering a [`ConsumeOutcome`].
+//!
+//! Every consumer on an endpoint gets its own stack, from the outside in:
+//!
+//! ```text
+//! retry (RetryPolicy) ─▶ inbox + consumer outbox (when the endpoint asks) ─▶ consumer layers,
+//!                        in the order added ─▶ ConsumerService: deserialize, consume, catch panics
+//! ```
+//!
+//! so each retry attempt runs the whole stack again (a new database transaction for the inbox).
+//! The endpoint ([`crate::endpoint`]) routes a delivery to the stacks of the consumers of its
+//! message types and turns their outcomes into one [`Settlement`](crate::Settlement).
+
+pub(crate) mod panic;
+mod request;
+mod retry;
+mod service;
+
+pub use panic::panic_message;
+pub use request::{ConsumeOutcome, ConsumeRequest, ConsumerInfo, ReceivedMessage};
+pub use retry::{RetryLayer, RetryPolicy};
+pub use service::{BoxConsumeLayer, BoxConsumeService, ConsumerService};

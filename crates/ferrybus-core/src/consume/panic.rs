@@ -1,0 +1,35 @@
+//! Panics as errors: a panicking consumer (or layer) fails its message like any error, on every
+//! transport alike, and the process lives.
+
+use std::any::Any;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+
+use futures::FutureExt;
+
+use crate::error::ConsumeError;
+
+/// The text of a panic payload: the message of `panic!("…")`, else a fixed description.
+///
+/// ```
+/// let payload = std::panic::catch_unwind(|| panic!("index {} out of range", 3)).unwrap_err();
+/// assert_eq!(ferrybus_core::consume::panic_message(&*payload), "index 3 out of range");
+/// ```
+pub fn panic_message(payload: &(dyn Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a consumer panicked (the payload is not a string)".to_owned())
+}
+
+/// Runs `future`; a panic in it becomes a [`ConsumeError`] of type `Panic` whose message is the
+/// panic message.
+pub(crate) async fn catch_panic<T>(
+    future: impl Future<Output = Result<T, ConsumeError>>,
+) -> Result<T, ConsumeError> {
+    match AssertUnwindSafe(future).catch_unwind().await {
+        Ok(result) => result,
+        Err(payload) => Err(ConsumeError::panic(panic_message(&*payload))),
+    }
+}

@@ -1,0 +1,390 @@
+//! [`EndpointConfig`]: a receive endpoint described in code, in one place — name, prefetch,
+//! concurrency, queue options, retry, redelivery, inbox, consumers and layers — shared by every
+//! transport.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use tower::util::{BoxCloneSyncService, BoxCloneSyncServiceLayer};
+use tower::{Layer, Service};
+
+use crate::consume::{
+    BoxConsumeLayer, BoxConsumeService, ConsumeOutcome, ConsumeRequest, ConsumerInfo,
+    ConsumerService, RetryLayer, RetryPolicy,
+};
+use crate::consumer::Consumer;
+use crate::endpoint::service::{EndpointService, Registration};
+use crate::endpoint::{Delivery, PanicGuard, QueueOptions, QueueType, Settlement};
+use crate::error::ConsumeError;
+use crate::message::{Message, MessageType};
+use crate::outgoing::MessageFactory;
+use crate::publish::SharedSink;
+
+/// The default [`EndpointConfig::max_body_size`]: 32 MiB.
+pub const DEFAULT_MAX_BODY_SIZE: usize = 32 * 1024 * 1024;
+
+/// A type-erased endpoint: `Service<Delivery, Response = Settlement, Error = Infallible>`.
+pub type BoxEndpointService = BoxCloneSyncService<Delivery, Settlement, Infallible>;
+
+/// A type-erased endpoint-level layer (see [`EndpointConfig::layer`]).
+pub type BoxEndpointLayer =
+    BoxCloneSyncServiceLayer<BoxEndpointService, Delivery, Settlement, Infallible>;
+
+/// A receive endpoint, transport-independent; a bus builder hands one to the closure of its
+/// `receive_endpoint(name, |e| …)`.
+///
+/// A delivery passes, from the outside in:
+///
+/// ```text
+/// endpoint layers, in the order added   (see the whole delivery and its Settlement)
+///  └▶ read the body, route by message type   (bad body ▶ Fault, no consumer ▶ Skip)
+///      └▶ per consumer: retry ▶ inbox (with .inbox()) ▶ consumer layers, in the order added ▶ consumer
+/// ```
+///
+/// so each retry attempt runs the inbox and the consumer layers again (a new transaction).
+///
+/// ```
+/// use std::time::Duration;
+/// use ferrybus_core::{consumer_fn, ConsumeContext, ConsumeError, EndpointConfig, RetryPolicy};
+/// # use serde::{Deserialize, Serialize};
+/// # #[derive(Debug, Serialize, Deserialize, ferrybus_core::Message)]
+/// # #[message(namespace = "Bookstore.Contracts")]
+/// # struct OrderPlaced {}
+///
+/// let endpoint = EndpointConfig::new("billing-invoice")
+///     .prefetch(16)
+///     .concurrency(4)
+///     .quorum()
+///     .retry(RetryPolicy::intervals([Duration::from_millis(100), Duration::from_millis(200)]))
+///     .consumer(consumer_fn("InvoiceConsumer", |_ctx: ConsumeContext<OrderPlaced>| async {
+///         Ok::<_, ConsumeError>(())
+///     }));
+/// assert_eq!(endpoint.name(), "billing-invoice");
+/// assert_eq!(endpoint.concurrency_limit(), 4);
+/// ```
+#[derive(Clone)]
+pub struct EndpointConfig {
+    name: String,
+    prefetch: Option<u16>,
+    concurrency: Option<usize>,
+    queue: QueueOptions,
+    bind_message_types: bool,
+    retry: Option<RetryPolicy>,
+    redelivery: Option<RetryPolicy>,
+    inbox: bool,
+    layers: Vec<BoxEndpointLayer>,
+    consumer_layers: Vec<BoxConsumeLayer>,
+    consumers: Vec<(ConsumerInfo, BoxConsumeService)>,
+    raw_json: bool,
+    publish_faults: bool,
+    max_body_size: usize,
+}
+
+/// What a transport supplies when it builds an endpoint: where it listens, where its consumers'
+/// messages go, and the storage's inbox layer when the endpoint asked for one.
+pub struct EndpointContext {
+    /// The endpoint's input address (`rabbitmq://host/vhost/queue`).
+    pub input_address: String,
+    /// Where published, sent and fault messages go.
+    pub sink: SharedSink,
+    /// Builds outgoing messages for the transport's host.
+    pub factory: Arc<MessageFactory>,
+    /// Cancelled when the endpoint must abandon in-flight work (shutdown deadline).
+    pub cancellation: CancellationToken,
+    /// The inbox + consumer outbox layer of the bus's storage, for [`EndpointConfig::inbox`].
+    pub inbox: Option<BoxConsumeLayer>,
+}
+
+impl EndpointConfig {
+    /// An endpoint named `name` (its queue and its exchange, as MassTransit names both).
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            prefetch: None,
+            concurrency: None,
+            queue: QueueOptions::default(),
+            bind_message_types: true,
+            retry: None,
+            redelivery: None,
+            inbox: false,
+            layers: Vec::new(),
+            consumer_layers: Vec::new(),
+            consumers: Vec::new(),
+            raw_json: false,
+            publish_faults: true,
+            max_body_size: DEFAULT_MAX_BODY_SIZE,
+        }
+    }
+
+    /// Adds a consumer of `M`. Several consumers may share an endpoint and a message type; a
+    /// struct consuming two types is added once per type (`.consumer::<A, _>(c.clone())`).
+    pub fn consumer<M, C>(mut self, consumer: C) -> Self
+    where
+        M: Message,
+        C: Consumer<M>,
+    {
+        let info = ConsumerInfo::of::<M>(consumer.name(), self.name.clone());
+        let service = BoxCloneSyncService::new(ConsumerService::<C, M>::new(Arc::new(consumer)));
+        self.consumers.push((info, service));
+        self
+    }
+
+    /// How many unacknowledged deliveries the broker may push (AMQP prefetch, MassTransit's
+    /// `PrefetchCount`).
+    pub fn prefetch(mut self, prefetch: u16) -> Self {
+        self.prefetch = Some(prefetch);
+        self
+    }
+
+    /// How many messages are consumed at once (MassTransit's `ConcurrentMessageLimit`).
+    pub fn concurrency(mut self, limit: usize) -> Self {
+        self.concurrency = Some(limit.max(1));
+        self
+    }
+
+    /// The in-memory retry policy (MassTransit's `UseMessageRetry`); none by default.
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.retry = Some(policy);
+        self
+    }
+
+    /// The delayed redelivery policy (MassTransit's `UseDelayedRedelivery`): after retries are
+    /// used up, the message is sent back to the queue after a delay with `MT-Redelivery-Count`.
+    pub fn redelivery(mut self, policy: RetryPolicy) -> Self {
+        self.redelivery = Some(policy);
+        self
+    }
+
+    /// Runs every consumer of the endpoint behind the bus storage's inbox and consumer outbox
+    /// (MassTransit's `UseEntityFrameworkOutbox`): one database transaction per delivery and
+    /// consumer, duplicates acknowledged without running the consumer, published messages sent
+    /// after commit. The bus must have a storage.
+    pub fn inbox(mut self) -> Self {
+        self.inbox = true;
+        self
+    }
+
+    /// Adds a layer around the whole delivery: it sees every [`Delivery`] and the [`Settlement`]
+    /// that comes back (metrics, tracing, kill switches, rate limits). The first added is the
+    /// outermost.
+    pub fn layer<L>(mut self, layer: L) -> Self
+    where
+        L: Layer<BoxEndpointService> + Send + Sync + 'static,
+        L::Service: Service<Delivery, Response = Settlement, Error = Infallible>
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        <L::Service as Service<Delivery>>::Future: Send + 'static,
+    {
+        self.layers.push(BoxCloneSyncServiceLayer::new(layer));
+        self
+    }
+
+    /// Adds a layer around each consumer, inside retry and the inbox; the first added is the
+    /// outermost.
+    pub fn consumer_layer<L>(mut self, layer: L) -> Self
+    where
+        L: Layer<BoxConsumeService> + Send + Sync + 'static,
+        L::Service: Service<ConsumeRequest, Response = ConsumeOutcome, Error = ConsumeError>
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        <L::Service as Service<ConsumeRequest>>::Future: Send + 'static,
+    {
+        self.consumer_layers
+            .push(BoxCloneSyncServiceLayer::new(layer));
+        self
+    }
+
+    /// Declares the queue as a quorum queue (MassTransit's `SetQuorumQueue`).
+    pub fn quorum(self) -> Self {
+        self.queue_type(QueueType::Quorum)
+    }
+
+    /// Sets the queue type.
+    pub fn queue_type(mut self, queue_type: QueueType) -> Self {
+        self.queue = self.queue.queue_type(queue_type);
+        self
+    }
+
+    /// Adds a queue argument (`x-delivery-limit`, `x-max-priority` …).
+    pub fn queue_argument(mut self, name: impl Into<String>, value: impl Into<Value>) -> Self {
+        self.queue = self.queue.argument(name, value);
+        self
+    }
+
+    /// Replaces all queue options at once.
+    pub fn queue_options(mut self, options: QueueOptions) -> Self {
+        self.queue = options;
+        self
+    }
+
+    /// Whether each consumed message type's exchange is bound to the endpoint (MassTransit's
+    /// `ConfigureConsumeTopology`, on by default).
+    pub fn bind_message_types(mut self, bind: bool) -> Self {
+        self.bind_message_types = bind;
+        self
+    }
+
+    /// Reads `application/json` bodies as raw JSON (metadata in transport headers) besides
+    /// envelopes (MassTransit's `UseRawJsonDeserializer`).
+    pub fn raw_json(mut self, enabled: bool) -> Self {
+        self.raw_json = enabled;
+        self
+    }
+
+    /// The largest body the endpoint reads (32 MiB by default); a larger one is moved to
+    /// `<queue>_error` with the reason, unread.
+    pub fn max_body_size(mut self, bytes: usize) -> Self {
+        self.max_body_size = bytes;
+        self
+    }
+
+    /// Whether `Fault<T>` is published when a consumer fails for good (on by default).
+    pub fn publish_faults(mut self, enabled: bool) -> Self {
+        self.publish_faults = enabled;
+        self
+    }
+
+    /// The endpoint (queue) name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The queue options.
+    pub fn queue(&self) -> &QueueOptions {
+        &self.queue
+    }
+
+    /// Whether consumed types' exchanges are bound to the endpoint.
+    pub fn binds_message_types(&self) -> bool {
+        self.bind_message_types
+    }
+
+    /// Whether the endpoint runs its consumers behind the inbox.
+    pub fn uses_inbox(&self) -> bool {
+        self.inbox
+    }
+
+    /// The prefetch count: as set; else the concurrency limit × 1.2; else max(2 × cores, 16).
+    pub fn prefetch_count(&self) -> u16 {
+        if let Some(p) = self.prefetch {
+            return p;
+        }
+        if let Some(c) = self.concurrency {
+            return u16::try_from((c * 6).div_ceil(5)).unwrap_or(u16::MAX);
+        }
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        u16::try_from((2 * cores).max(16)).unwrap_or(u16::MAX)
+    }
+
+    /// How many messages run at once: as set, else the prefetch count.
+    pub fn concurrency_limit(&self) -> usize {
+        self.concurrency
+            .unwrap_or_else(|| usize::from(self.prefetch_count()))
+    }
+
+    /// The message types the endpoint's consumers handle (their exchanges are bound to it).
+    pub fn message_types(&self) -> Vec<MessageType> {
+        let mut types: Vec<MessageType> = Vec::new();
+        for (info, _) in &self.consumers {
+            if !types.iter().any(|t| t.urn() == info.message_type().urn()) {
+                types.push(info.message_type().clone());
+            }
+        }
+        types
+    }
+
+    /// The consumers registered so far.
+    pub fn consumers(&self) -> impl Iterator<Item = &ConsumerInfo> {
+        self.consumers.iter().map(|(info, _)| info)
+    }
+
+    /// Builds the endpoint service. A transport calls this once per endpoint and then calls the
+    /// service once per delivery; it never panics (a panicking layer becomes a
+    /// [`Settlement::Fault`]).
+    pub fn build(&self, context: EndpointContext) -> BoxEndpointService {
+        let inbox = context.inbox.filter(|_| self.inbox);
+        let consumers = self
+            .consumers
+            .iter()
+            .map(|(info, service)| Registration {
+                info: Arc::new(info.clone()),
+                service: self.compose(service.clone(), inbox.as_ref()),
+            })
+            .collect();
+        let endpoint = EndpointService::new(
+            context.input_address.clone(),
+            consumers,
+            context.sink,
+            context.factory,
+            self,
+            context.cancellation,
+        );
+        let layered = self
+            .layers
+            .iter()
+            .rev()
+            .fold(BoxCloneSyncService::new(endpoint), |inner, layer| {
+                layer.layer(inner)
+            });
+        BoxCloneSyncService::new(PanicGuard::new(layered, context.input_address))
+    }
+
+    pub(crate) fn redelivery_policy(&self) -> Option<&RetryPolicy> {
+        self.redelivery.as_ref()
+    }
+
+    pub(crate) fn reads_raw_json(&self) -> bool {
+        self.raw_json
+    }
+
+    pub(crate) fn publishes_faults(&self) -> bool {
+        self.publish_faults
+    }
+
+    pub(crate) fn body_limit(&self) -> usize {
+        self.max_body_size
+    }
+
+    /// retry ─▶ inbox ─▶ consumer layers (first added outermost) ─▶ consumer.
+    fn compose(
+        &self,
+        consumer: BoxConsumeService,
+        inbox: Option<&BoxConsumeLayer>,
+    ) -> BoxConsumeService {
+        let layered = self
+            .consumer_layers
+            .iter()
+            .rev()
+            .fold(consumer, |inner, layer| layer.layer(inner));
+        let layered = match inbox {
+            Some(inbox) => inbox.layer(layered),
+            None => layered,
+        };
+        match &self.retry {
+            Some(policy) => {
+                BoxCloneSyncService::new(RetryLayer::new(policy.clone()).layer(layered))
+            }
+            None => layered,
+        }
+    }
+}
+
+impl std::fmt::Debug for EndpointConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EndpointConfig")
+            .field("name", &self.name)
+            .field("prefetch", &self.prefetch_count())
+            .field("concurrency", &self.concurrency_limit())
+            .field("queue", &self.queue)
+            .field("inbox", &self.inbox)
+            .field("consumers", &self.consumers.len())
+            .field("layers", &self.layers.len())
+            .finish_non_exhaustive()
+    }
+}
