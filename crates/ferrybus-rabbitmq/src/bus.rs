@@ -1,4 +1,5 @@
-//! [`RabbitMqBus`] and its builder: MassTransit's `UsingRabbitMq` + `ReceiveEndpoint` in Rust.
+//! [`RabbitMqBus`] and its builder: MassTransit's `AddMassTransit` + `UsingRabbitMq` +
+//! `ReceiveEndpoint` in one configuration tree.
 
 mod builder;
 
@@ -6,21 +7,20 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use ferrybus_core::{
-    HostAddress, Message, MessageFactory, MessageOrigin, OutgoingMessage, SendOptions,
+    Background, BusConfig, EndpointConfig, HostAddress, MessageFactory, MessageOrigin, MessageSink,
+    OutgoingMessage, Publish, PublishError,
 };
 use tokio::sync::{broadcast, oneshot};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use uuid::Uuid;
 
 use crate::connection::Connector;
 use crate::delay::DelayMode;
 use crate::endpoint::EndpointRunner;
-use crate::error::{ErrorKind, RabbitMqError, Result};
+use crate::error::Result;
 use crate::event::{Event, Events};
 use crate::naming::temporary_queue_name;
 use crate::publish::Publisher;
-use crate::queue::ReceiveEndpoint;
 use crate::request::ResponseEndpoint;
 use crate::settings::HostSettings;
 use crate::topology::QueueDecl;
@@ -31,37 +31,40 @@ pub(crate) struct Inner {
     pub(crate) address: String,
     pub(crate) bus_queue: String,
     host: HostAddress,
+    origin: MessageOrigin,
     pub(crate) connector: Arc<Connector>,
     pub(crate) publisher: Publisher,
     pub(crate) factory: Arc<MessageFactory>,
     pub(crate) events: Events,
+    config: BusConfig,
     stop: CancellationToken,
     tasks: Mutex<JoinSet<()>>,
+    background: Mutex<Background>,
     pub(crate) responses: tokio::sync::OnceCell<Arc<ResponseEndpoint>>,
     shutdown_timeout: Duration,
     delay_mode: DelayMode,
 }
 
-/// A running bus on RabbitMQ: publish and send from outside consumers, subscribe to
-/// [`Event`]s, create request clients, stop gracefully. Cheap to clone.
+/// A running bus on RabbitMQ: its receive endpoints consume, its storage's background services
+/// run; publish and send through [`Publish`], subscribe to [`Event`]s, create request clients,
+/// stop gracefully. Cheap to clone.
 ///
 /// ```no_run
-/// use ferrybus_core::{consumer_fn, ConsumeContext, ConsumeError, EndpointConfig, Message, MessageType};
+/// use ferrybus_core::{consumer_fn, ConsumeContext, ConsumeError, Message, MessageType, Publish};
 /// use ferrybus_rabbitmq::RabbitMqBus;
 /// # #[derive(serde::Serialize, serde::Deserialize)]
 /// # struct OrderPlaced { id: u32 }
 /// # impl Message for OrderPlaced {
 /// #     fn message_type() -> MessageType { MessageType::parse("Shop:OrderPlaced").unwrap() }
 /// # }
-/// # async fn run() -> Result<(), ferrybus_rabbitmq::RabbitMqError> {
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// let bus = RabbitMqBus::builder("amqp://guest:guest@localhost:5672/%2f")
-///     .receive_endpoint(EndpointConfig::new("order-audit").consumer(consumer_fn(
-///         "OrderAuditConsumer",
-///         |ctx: ConsumeContext<OrderPlaced>| async move {
+///     .receive_endpoint("order-audit", |e| {
+///         e.consumer(consumer_fn("OrderAuditConsumer", |ctx: ConsumeContext<OrderPlaced>| async move {
 ///             println!("order {}", ctx.message().id);
 ///             Ok::<_, ConsumeError>(())
-///         },
-///     )))
+///         }))
+///     })
 ///     .start()
 ///     .await?;
 /// bus.publish(&OrderPlaced { id: 7 }).await?;
@@ -85,6 +88,7 @@ impl std::fmt::Debug for RabbitMqBus {
 impl RabbitMqBus {
     fn assemble(
         settings: &HostSettings,
+        config: BusConfig,
         connector: Arc<Connector>,
         events: Events,
         shutdown_timeout: Duration,
@@ -94,17 +98,24 @@ impl RabbitMqBus {
         let factory = Arc::new(MessageFactory::new(host.clone()));
         let publisher = Publisher::new(connector.clone());
         let bus_queue = temporary_queue_name("bus");
+        let address = format!("{}?temporary=true", host.entity_address(&bus_queue));
         RabbitMqBus {
             inner: Arc::new(Inner {
-                address: format!("{}?temporary=true", host.entity_address(&bus_queue)),
+                origin: MessageOrigin {
+                    source_address: Some(address.clone()),
+                    ..MessageOrigin::default()
+                },
+                address,
                 bus_queue,
                 host,
                 connector,
                 publisher,
                 factory,
                 events,
+                config,
                 stop: CancellationToken::new(),
                 tasks: Mutex::new(JoinSet::new()),
+                background: Mutex::new(Background::default()),
                 responses: tokio::sync::OnceCell::new(),
                 shutdown_timeout,
                 delay_mode,
@@ -134,70 +145,6 @@ impl RabbitMqBus {
         self.inner.events.subscribe()
     }
 
-    /// The sink that puts [`OutgoingMessage`]s on the broker (for outbox relays).
-    pub fn sink(&self) -> Publisher {
-        self.inner.publisher.clone()
-    }
-
-    /// The factory building MassTransit-shaped messages for this host.
-    pub fn factory(&self) -> &MessageFactory {
-        &self.inner.factory
-    }
-
-    pub(crate) fn origin(&self) -> MessageOrigin {
-        MessageOrigin {
-            source_address: Some(self.inner.address.clone()),
-            ..MessageOrigin::default()
-        }
-    }
-
-    /// Publishes `message` to its type's exchange; returns the message id once confirmed.
-    pub async fn publish<M: Message>(&self, message: &M) -> Result<Uuid> {
-        self.publish_with(message, SendOptions::new()).await
-    }
-
-    /// Publishes with options (headers, TTL, correlation id ...).
-    pub async fn publish_with<M: Message>(
-        &self,
-        message: &M,
-        options: SendOptions,
-    ) -> Result<Uuid> {
-        let out = self
-            .inner
-            .factory
-            .publish(message, &self.origin(), options)
-            .map_err(serialization)?;
-        self.deliver(out).await
-    }
-
-    /// Sends `message` to `address`: `queue:name`, `exchange:name`, or
-    /// `rabbitmq://host/vhost/name?bind=true&temporary=true...`; returns the message id once
-    /// confirmed.
-    pub async fn send<M: Message>(&self, address: &str, message: &M) -> Result<Uuid> {
-        self.send_with(address, message, SendOptions::new()).await
-    }
-
-    /// Sends with options.
-    pub async fn send_with<M: Message>(
-        &self,
-        address: &str,
-        message: &M,
-        options: SendOptions,
-    ) -> Result<Uuid> {
-        let out = self
-            .inner
-            .factory
-            .send(address, message, &self.origin(), options)
-            .map_err(serialization)?;
-        self.deliver(out).await
-    }
-
-    /// Delivers a prepared message; returns its id once confirmed.
-    pub async fn deliver(&self, message: OutgoingMessage) -> Result<Uuid> {
-        self.inner.publisher.send(&message).await?;
-        Ok(message.message_id)
-    }
-
     /// Whether the bus has an open connection to the broker right now. False before the first
     /// connection of a bus started with
     /// [`start_background`](RabbitMqBusBuilder::start_background), while reconnecting, and after
@@ -206,39 +153,50 @@ impl RabbitMqBus {
         self.inner.connector.is_connected()
     }
 
-    /// Spawns the endpoint's receive loop. With `report`, the outcome of its first setup comes
-    /// back on the receiver and a failed first setup ends the endpoint; without, a failed setup
-    /// is retried.
-    fn spawn_endpoint(
-        &self,
-        endpoint: ReceiveEndpoint,
-        report: bool,
-    ) -> Option<oneshot::Receiver<Result<()>>> {
-        let (ready, rx) = if report {
-            let (tx, rx) = oneshot::channel();
-            (Some(tx), Some(rx))
-        } else {
-            (None, None)
-        };
-        let runner = self.runner(endpoint);
-        self.tasks().spawn(runner.run(ready));
-        rx
+    /// Starts the storage's background services (outbox delivery, sweeper, cleanup), which send
+    /// through this bus.
+    fn start_storage(&self) {
+        let background = self
+            .inner
+            .config
+            .start_storage(Arc::new(self.inner.publisher.clone()));
+        *self.background() = background;
+    }
+
+    fn background(&self) -> std::sync::MutexGuard<'_, Background> {
+        self.inner
+            .background
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Spawns every endpoint's receive loop. With `report`, the outcome of each first setup
+    /// comes back on the receivers and a failed first setup ends that endpoint; without, a
+    /// failed setup is retried.
+    fn spawn_endpoints(&self, report: bool) -> Vec<oneshot::Receiver<Result<()>>> {
+        let mut readies = Vec::new();
+        for endpoint in self.inner.config.endpoints() {
+            let (ready, rx) = if report {
+                let (tx, rx) = oneshot::channel();
+                (Some(tx), Some(rx))
+            } else {
+                (None, None)
+            };
+            readies.extend(rx);
+            let runner = self.runner(endpoint);
+            self.tasks().spawn(runner.run(ready));
+        }
+        readies
     }
 
     fn tasks(&self) -> std::sync::MutexGuard<'_, JoinSet<()>> {
         self.inner.tasks.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub(crate) fn runner(&self, endpoint: ReceiveEndpoint) -> EndpointRunner {
+    fn runner(&self, endpoint: &EndpointConfig) -> EndpointRunner {
         let inner = &self.inner;
-        let ReceiveEndpoint {
-            config,
-            options,
-            bind_message_types,
-        } = endpoint;
-        let queue = QueueDecl::for_endpoint(config.queue(), &options);
-        let message_types = if bind_message_types {
-            config
+        let message_types = if endpoint.binds_message_types() {
+            endpoint
                 .message_types()
                 .iter()
                 .map(|t| t.entity_name().to_owned())
@@ -246,23 +204,23 @@ impl RabbitMqBus {
         } else {
             Vec::new()
         };
-        let (prefetch, concurrency) = (config.prefetch_count(), config.concurrency_limit());
         let pipeline_cancel = CancellationToken::new();
-        let input_address = inner.host.entity_address(config.queue());
-        let pipeline = config.build(
-            input_address,
+        let context = inner.config.endpoint_context(
+            endpoint,
+            inner.host.entity_address(endpoint.name()),
             Arc::new(inner.publisher.clone()),
             inner.factory.clone(),
             pipeline_cancel.clone(),
         );
         EndpointRunner {
-            queue,
+            queue: QueueDecl::for_endpoint(endpoint.name(), endpoint.queue()),
             message_types,
-            prefetch,
-            concurrency,
-            pipeline,
+            prefetch: endpoint.prefetch_count(),
+            concurrency: endpoint.concurrency_limit(),
+            service: endpoint.build(context),
             pipeline_cancel,
             connector: inner.connector.clone(),
+            publisher: inner.publisher.clone(),
             events: inner.events.clone(),
             delay_mode: inner.delay_mode,
             stop: inner.stop.clone(),
@@ -270,13 +228,16 @@ impl RabbitMqBus {
         }
     }
 
-    /// Stops gracefully: endpoints stop taking deliveries (`basic.cancel`), in-flight messages
-    /// finish (up to the shutdown timeout, else they are left unacknowledged for the broker to
-    /// redeliver), outstanding confirms are awaited, and the connection is closed.
+    /// Stops gracefully, in order: endpoints stop taking deliveries (`basic.cancel`), in-flight
+    /// messages finish (up to the shutdown timeout, else they are left unacknowledged for the
+    /// broker to redeliver), the storage's background services stop (a batch being sent is sent
+    /// and recorded), outstanding confirms are awaited, and the connection is closed.
     pub async fn stop(&self) {
         self.inner.stop.cancel();
         let mut tasks = std::mem::take(&mut *self.tasks());
         while tasks.join_next().await.is_some() {}
+        let background = std::mem::take(&mut *self.background());
+        background.stop().await;
         if let Some(responses) = self.inner.responses.get() {
             responses.stop();
         }
@@ -290,11 +251,19 @@ impl RabbitMqBus {
     }
 }
 
-fn serialization(error: ferrybus_core::BoxError) -> RabbitMqError {
-    match error.downcast::<ferrybus_core::AddressError>() {
-        Ok(address) => (*address).into(),
-        Err(error) => {
-            RabbitMqError::with_source(ErrorKind::Serialization, "building the message", error)
-        }
+/// Publishes and sends with publisher confirms; waits up to the publish timeout for a
+/// connection while the broker is away, then fails with
+/// [`PublishErrorKind::NotConnected`](ferrybus_core::PublishErrorKind::NotConnected).
+impl Publish for RabbitMqBus {
+    fn message_factory(&self) -> &MessageFactory {
+        &self.inner.factory
+    }
+
+    fn message_origin(&self) -> &MessageOrigin {
+        &self.inner.origin
+    }
+
+    async fn deliver(&self, message: OutgoingMessage) -> std::result::Result<(), PublishError> {
+        self.inner.publisher.deliver(message).await
     }
 }

@@ -1,8 +1,8 @@
 //! Conversions between core types and AMQP: headers (masstransit-wire §3.3), basic properties,
 //! and inbound deliveries.
 
-use ferrybus_core::{Headers, InboundDelivery, OutgoingMessage};
-use lapin::message::Delivery;
+use bytes::Bytes;
+use ferrybus_core::{Delivery, Headers, OutgoingMessage};
 use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
 use lapin::BasicProperties;
 use serde_json::{Map, Number, Value};
@@ -131,11 +131,12 @@ pub(crate) fn outgoing_properties(message: &OutgoingMessage) -> BasicProperties 
     properties
 }
 
-/// Reads a lapin delivery into the core's transport-independent shape.
-pub(crate) fn inbound(delivery: &Delivery) -> InboundDelivery {
+/// Reads a lapin delivery (whose body was taken out as `body`) into the core's
+/// transport-independent shape.
+pub(crate) fn inbound(delivery: &lapin::message::Delivery, body: Bytes) -> Delivery {
     let p = &delivery.properties;
-    InboundDelivery {
-        body: delivery.data.clone(),
+    Delivery {
+        body,
         content_type: p.content_type().as_ref().map(ToString::to_string),
         headers: p
             .headers()
@@ -145,6 +146,9 @@ pub(crate) fn inbound(delivery: &Delivery) -> InboundDelivery {
         message_id: p.message_id().as_ref().map(ToString::to_string),
         correlation_id: p.correlation_id().as_ref().map(ToString::to_string),
         redelivered: delivery.redelivered,
+        exchange: delivery.exchange.to_string(),
+        routing_key: delivery.routing_key.to_string(),
+        extensions: http::Extensions::new(),
     }
 }
 

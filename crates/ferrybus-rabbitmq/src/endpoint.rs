@@ -1,12 +1,12 @@
-//! The receive loop of one endpoint: declare, consume, hand each delivery to the core pipeline,
-//! settle; start over on a new connection after a loss.
+//! The receive loop of one endpoint: declare, consume, hand each delivery to the endpoint
+//! service, settle; start over on a new connection after a loss.
 
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferrybus_core::{fault_headers, ConsumeError, Disposition, ReceivePipeline};
-use futures::{FutureExt, StreamExt};
+use bytes::Bytes;
+use ferrybus_core::BoxEndpointService;
+use futures::StreamExt;
 use lapin::message::Delivery;
 use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
@@ -14,12 +14,14 @@ use lapin::Channel;
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
 
 use crate::connection::{Connector, Live};
 use crate::convert::inbound;
 use crate::delay::DelayMode;
 use crate::error::{RabbitMqError, Result};
 use crate::event::{Event, Events};
+use crate::publish::Publisher;
 use crate::settle::{settle, SettleContext};
 use crate::topology::{short, QueueDecl};
 
@@ -32,9 +34,10 @@ pub(crate) struct EndpointRunner {
     pub(crate) message_types: Vec<String>,
     pub(crate) prefetch: u16,
     pub(crate) concurrency: usize,
-    pub(crate) pipeline: ReceivePipeline,
+    pub(crate) service: BoxEndpointService,
     pub(crate) pipeline_cancel: CancellationToken,
     pub(crate) connector: Arc<Connector>,
+    pub(crate) publisher: Publisher,
     pub(crate) events: Events,
     pub(crate) delay_mode: DelayMode,
     pub(crate) stop: CancellationToken,
@@ -184,34 +187,24 @@ impl EndpointRunner {
     async fn handle(
         self: Arc<Self>,
         live: Arc<Live>,
-        delivery: Delivery,
+        mut delivery: Delivery,
         permit: OwnedSemaphorePermit,
     ) {
-        let disposition = AssertUnwindSafe(self.pipeline.handle(&inbound(&delivery)))
-            .catch_unwind()
-            .await
-            .unwrap_or_else(|panic| self.panicked(&panic));
+        let body = Bytes::from(std::mem::take(&mut delivery.data));
+        let Ok(settlement) = self
+            .service
+            .clone()
+            .oneshot(inbound(&delivery, body.clone()))
+            .await;
         let ctx = SettleContext {
             live: &live,
             queue: &self.queue,
             delay_mode: self.delay_mode,
+            publisher: &self.publisher,
             events: &self.events,
         };
-        settle(&ctx, &delivery, disposition).await;
+        settle(&ctx, &delivery, &body, settlement).await;
         drop(permit);
-    }
-
-    fn panicked(&self, panic: &(dyn std::any::Any + Send)) -> Disposition {
-        let text = panic
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a consumer panicked".to_owned());
-        tracing::error!(target: "ferrybus::rabbitmq", queue = %self.queue.name, panic = %text, "consumer panicked");
-        let error = ConsumeError::handler(format!("panic: {text}"));
-        Disposition::Faulted {
-            headers: fault_headers(&error, self.pipeline.input_address(), None),
-        }
     }
 
     /// Lets in-flight deliveries finish until the shutdown deadline; then cancels them, and

@@ -3,7 +3,7 @@
 use std::error::Error as StdError;
 use std::fmt;
 
-use ferrybus_core::BoxError;
+use ferrybus_core::{BoxError, ConfigError, PublishError, PublishErrorKind};
 
 /// What went wrong, broadly. Match on it to decide whether to retry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -138,6 +138,49 @@ impl StdError for RabbitMqError {
 impl From<ferrybus_core::AddressError> for RabbitMqError {
     fn from(error: ferrybus_core::AddressError) -> Self {
         Self::with_source(ErrorKind::Address, "cannot use the address", error)
+    }
+}
+
+impl From<ConfigError> for RabbitMqError {
+    fn from(error: ConfigError) -> Self {
+        Self::with_source(ErrorKind::Config, "the bus cannot start", error)
+    }
+}
+
+/// A transport failure as the [`Publish`](ferrybus_core::Publish) trait reports it; the
+/// [`RabbitMqError`] stays reachable as the source.
+impl From<RabbitMqError> for PublishError {
+    fn from(error: RabbitMqError) -> Self {
+        let kind = match error.kind {
+            ErrorKind::NotConnected => PublishErrorKind::NotConnected,
+            ErrorKind::Timeout => PublishErrorKind::Timeout,
+            ErrorKind::Nacked | ErrorKind::Returned => PublishErrorKind::Rejected,
+            ErrorKind::Address => PublishErrorKind::Address,
+            ErrorKind::Serialization => PublishErrorKind::Serialize,
+            ErrorKind::Stopped => PublishErrorKind::Closed,
+            ErrorKind::Config | ErrorKind::Broker | ErrorKind::Fault => PublishErrorKind::Transport,
+        };
+        PublishError::from_source(kind, error)
+    }
+}
+
+/// A failed publish inside this crate (the request client): the transport's own error back, or
+/// the [`PublishError`] as the source with the kind kept.
+impl From<PublishError> for RabbitMqError {
+    fn from(error: PublishError) -> Self {
+        let kind = match error.kind() {
+            PublishErrorKind::NotConnected => ErrorKind::NotConnected,
+            PublishErrorKind::Timeout => ErrorKind::Timeout,
+            PublishErrorKind::Rejected => ErrorKind::Nacked,
+            PublishErrorKind::Address => ErrorKind::Address,
+            PublishErrorKind::Serialize => ErrorKind::Serialization,
+            PublishErrorKind::Closed => ErrorKind::Stopped,
+            _ => ErrorKind::Broker,
+        };
+        match error.into_source().downcast::<RabbitMqError>() {
+            Ok(own) => *own,
+            Err(source) => Self::with_source(kind, "publishing", source),
+        }
     }
 }
 

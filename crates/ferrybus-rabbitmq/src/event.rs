@@ -68,6 +68,8 @@ pub enum Event {
         queue: String,
         /// The AMQP `message_id` property.
         message_id: Option<String>,
+        /// Whether every consumer had handled it already (the inbox acknowledged a duplicate).
+        duplicate: bool,
     },
     /// A delivery was moved to `<queue>_error` and acknowledged.
     Faulted {

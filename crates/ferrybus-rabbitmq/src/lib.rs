@@ -14,14 +14,15 @@
 //!   it, TTL + dead-letter queues; see [`DelayMode`].
 //! * **Staying up**: a supervised connection re-opened with back-off; endpoints re-declare and
 //!   re-consume by themselves; graceful shutdown; [`Event`]s for every transition;
-//!   [`RabbitMqBusBuilder::start_background`] to start while the broker is down.
+//!   [`RabbitMqBusBuilder::start_background`] to start while the broker is down; the bus starts
+//!   and stops its storage's background services (outbox delivery, sweeper, cleanup).
 //!
 //! # Example
 //!
 //! ```no_run
 //! use std::time::Duration;
-//! use ferrybus_core::{consumer_fn, ConsumeContext, ConsumeError, EndpointConfig, Message, MessageType, RetryPolicy};
-//! use ferrybus_rabbitmq::{naming::endpoint_name, Event, RabbitMqBus, ReceiveEndpoint};
+//! use ferrybus_core::{consumer_fn, ConsumeContext, ConsumeError, Message, MessageType, Publish, RetryPolicy};
+//! use ferrybus_rabbitmq::{naming::endpoint_name, Event, RabbitMqBus};
 //! use serde::{Deserialize, Serialize};
 //!
 //! #[derive(Debug, Serialize, Deserialize)]
@@ -36,19 +37,19 @@
 //!
 //! struct SubmitOrderConsumer;
 //!
-//! # async fn run() -> Result<(), ferrybus_rabbitmq::RabbitMqError> {
-//! let endpoint = EndpointConfig::new(endpoint_name::<SubmitOrderConsumer>()) // "submit-order"
-//!     .concurrency(8)
-//!     .retry(RetryPolicy::intervals([Duration::from_millis(100), Duration::from_millis(500)]))
-//!     .redelivery(RetryPolicy::intervals([Duration::from_secs(5), Duration::from_secs(30)]))
-//!     .consumer(consumer_fn("SubmitOrderConsumer", |ctx: ConsumeContext<SubmitOrder>| async move {
-//!         tracing::info!(order = %ctx.message().order_id, "submitted");
-//!         Ok::<_, ConsumeError>(())
-//!     }));
-//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 //! let bus = RabbitMqBus::builder("amqp://guest:guest@localhost:5672/%2f")
 //!     .connection_name("orders-service")
-//!     .receive_endpoint(ReceiveEndpoint::new(endpoint).quorum())
+//!     .receive_endpoint(endpoint_name::<SubmitOrderConsumer>(), |e| { // "submit-order"
+//!         e.concurrency(8)
+//!             .quorum()
+//!             .retry(RetryPolicy::intervals([Duration::from_millis(100), Duration::from_millis(500)]))
+//!             .redelivery(RetryPolicy::intervals([Duration::from_secs(5), Duration::from_secs(30)]))
+//!             .consumer(consumer_fn("SubmitOrderConsumer", |ctx: ConsumeContext<SubmitOrder>| async move {
+//!                 tracing::info!(order = %ctx.message().order_id, "submitted");
+//!                 Ok::<_, ConsumeError>(())
+//!             }))
+//!     })
 //!     .start()
 //!     .await?;
 //!
@@ -76,7 +77,6 @@ mod error;
 mod event;
 pub mod naming;
 mod publish;
-mod queue;
 mod request;
 mod settings;
 mod settle;
@@ -86,7 +86,5 @@ pub use bus::{RabbitMqBus, RabbitMqBusBuilder};
 pub use delay::DelayMode;
 pub use error::{ErrorKind, RabbitMqError, Result};
 pub use event::Event;
-pub use publish::Publisher;
-pub use queue::{QueueOptions, QueueType, ReceiveEndpoint};
 pub use request::{RequestClient, Response};
 pub use settings::HostSettings;

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use ferrybus_core::{BoxError, EndpointAddress, MessageSink, OutgoingMessage};
+use ferrybus_core::{EndpointAddress, MessageSink, OutgoingMessage, PublishError};
 
 use crate::connection::{Connector, Live, PublishTarget};
 use crate::convert::outgoing_properties;
@@ -18,16 +18,10 @@ use crate::error::{ErrorKind, RabbitMqError, Result};
 /// up to the publish timeout for one, then fails with
 /// [`ErrorKind::NotConnected`](crate::ErrorKind::NotConnected); it never waits forever.
 ///
-/// Get one from [`RabbitMqBus::sink`](crate::RabbitMqBus::sink), e.g. for an outbox relay:
-///
-/// ```no_run
-/// # async fn run(bus: ferrybus_rabbitmq::RabbitMqBus, message: ferrybus_core::OutgoingMessage) {
-/// use ferrybus_core::MessageSink;
-/// bus.sink().deliver(message).await.unwrap();
-/// # }
-/// ```
+/// The bus publishes through it ([`Publish`](ferrybus_core::Publish) on
+/// [`RabbitMqBus`](crate::RabbitMqBus)), and hands it to its storage to deliver outbox rows.
 #[derive(Clone)]
-pub struct Publisher {
+pub(crate) struct Publisher {
     connector: Arc<Connector>,
 }
 
@@ -43,7 +37,7 @@ impl Publisher {
     }
 
     /// Sends one message and waits for the broker's confirm.
-    pub async fn send(&self, message: &OutgoingMessage) -> Result<()> {
+    pub(crate) async fn send(&self, message: &OutgoingMessage) -> Result<()> {
         let address = message.destination()?;
         let timeout = self.connector.publish_timeout();
         let live = self.connector.live(timeout).await?;
@@ -99,7 +93,7 @@ impl Publisher {
 
 #[async_trait]
 impl MessageSink for Publisher {
-    async fn deliver(&self, message: OutgoingMessage) -> Result<(), BoxError> {
+    async fn deliver(&self, message: OutgoingMessage) -> Result<(), PublishError> {
         self.send(&message).await.map_err(Into::into)
     }
 }

@@ -7,7 +7,7 @@ use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ferrybus_core::{Envelope, Message, SendOptions};
+use ferrybus_core::{Envelope, Message, Publish, SendOptions};
 use futures::StreamExt;
 use lapin::options::BasicConsumeOptions;
 use lapin::types::{AMQPValue, FieldTable};
@@ -254,7 +254,7 @@ impl<Req: Message> RequestClient<Req> {
         };
         if let Err(error) = sent {
             responses.forget(request_id);
-            return Err(error);
+            return Err(error.into());
         }
         let envelope = match tokio::time::timeout(self.timeout, waiting).await {
             Ok(Ok(envelope)) => envelope,

@@ -1,6 +1,7 @@
-//! Settling a delivery: the one place where acks, nacks and moves are decided.
+//! Settling a delivery: the one place where acks, nacks, moves and fault publishes happen.
 
-use ferrybus_core::{Disposition, Headers};
+use bytes::Bytes;
+use ferrybus_core::{Faulted, Headers, Settlement};
 use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicNackOptions};
 use lapin::BasicProperties;
@@ -10,14 +11,16 @@ use crate::convert::merge_headers;
 use crate::delay::{schedule, DelayMode};
 use crate::error::Result;
 use crate::event::{Event, Events};
+use crate::publish::Publisher;
 use crate::topology::QueueDecl;
 
 /// What a settlement needs besides the delivery: the connection the delivery came on, the
-/// endpoint's queue declaration, the delay mode and the event stream.
+/// endpoint's queue declaration, the delay mode, the publisher (for faults) and the event stream.
 pub(crate) struct SettleContext<'a> {
     pub(crate) live: &'a Live,
     pub(crate) queue: &'a QueueDecl,
     pub(crate) delay_mode: DelayMode,
+    pub(crate) publisher: &'a Publisher,
     pub(crate) events: &'a Events,
 }
 
@@ -27,42 +30,54 @@ enum Outcome {
     Requeue,
 }
 
-/// Carries out a [`Disposition`] for `delivery`, as MassTransit's RabbitMQ transport does:
+/// Carries out a [`Settlement`] for `delivery` (whose body is `body`), as MassTransit's RabbitMQ
+/// transport does:
 ///
-/// | disposition | first | then |
+/// | settlement | first | then |
 /// |-------------|-------|------|
-/// | `Consumed` | — | `basic.ack` |
-/// | `Faulted` | publish the original body and properties to exchange `<queue>_error` (declared lazily, flags and arguments of the source queue), the fault headers added, `expiration` cleared, original routing key, mandatory, confirmed | `basic.ack` |
-/// | `Skipped` | the same to `<queue>_skipped`, `expiration` kept | `basic.ack` |
+/// | `Ack`, `Duplicate` | — | `basic.ack` |
+/// | `Fault` | publish the original body and properties to exchange `<queue>_error` (declared lazily, flags and arguments of the source queue), the fault headers added, `expiration` cleared, original routing key, mandatory, confirmed; **then** publish the `Fault<T>` / `ReceiveFault`, confirmed | `basic.ack` |
+/// | `Skip` | the same move to `<queue>_skipped`, `expiration` kept | `basic.ack` |
 /// | `Redeliver` | publish the rewritten body with the original properties and `MT-Redelivery-Count` through the delay exchange or TTL queue ([`DelayMode`]), confirmed | `basic.ack` |
-/// | `Abandoned` | — | `basic.nack(requeue = true)` |
+/// | `Abandon` | — | `basic.nack(requeue = true)` |
 ///
 /// If the move fails (broker error, no confirm) the delivery is nacked with requeue, so nothing
-/// is lost. Acks and nacks go only to the channel the delivery came on: when that channel or its
+/// is lost, and no fault is published: the fault goes out once, after the one move that
+/// succeeded (MassTransit publishes it before the move, so a failed move there publishes it
+/// twice). A fault publish that fails after the move is logged; the delivery is acknowledged
+/// anyway, since it is safely in the error queue with its fault headers.
+///
+/// Acks and nacks go only to the channel the delivery came on: when that channel or its
 /// connection is gone, lapin's acker is poisoned, nothing is sent, and the broker redelivers the
 /// message on its own. The `user_id` property is not copied on moves (the broker would reject it
 /// unless it names this connection's user).
-pub(crate) async fn settle(ctx: &SettleContext<'_>, delivery: &Delivery, disposition: Disposition) {
+pub(crate) async fn settle(
+    ctx: &SettleContext<'_>,
+    delivery: &Delivery,
+    body: &Bytes,
+    settlement: Settlement,
+) {
     let queue = ctx.queue.name.clone();
     let message_id = delivery
         .properties
         .message_id()
         .as_ref()
         .map(ToString::to_string);
-    let outcome = match disposition {
-        Disposition::Consumed => Ok(Outcome::Ack(Event::Consumed {
-            queue: queue.clone(),
-            message_id: message_id.clone(),
-        })),
-        Disposition::Faulted { headers } => move_to(ctx, delivery, "_error", &headers, false)
-            .await
-            .map(|()| {
-                Outcome::Ack(Event::Faulted {
-                    queue: queue.clone(),
-                    message_id: message_id.clone(),
-                })
-            }),
-        Disposition::Skipped { headers } => move_to(ctx, delivery, "_skipped", &headers, true)
+    let consumed = |duplicate| Event::Consumed {
+        queue: queue.clone(),
+        message_id: message_id.clone(),
+        duplicate,
+    };
+    let outcome = match settlement {
+        Settlement::Ack => Ok(Outcome::Ack(consumed(false))),
+        Settlement::Duplicate => Ok(Outcome::Ack(consumed(true))),
+        Settlement::Fault(faulted) => fault(ctx, delivery, body, *faulted).await.map(|()| {
+            Outcome::Ack(Event::Faulted {
+                queue: queue.clone(),
+                message_id: message_id.clone(),
+            })
+        }),
+        Settlement::Skip { headers } => move_to(ctx, delivery, body, "_skipped", &headers, true)
             .await
             .map(|()| {
                 Outcome::Ack(Event::Skipped {
@@ -70,19 +85,14 @@ pub(crate) async fn settle(ctx: &SettleContext<'_>, delivery: &Delivery, disposi
                     message_id: message_id.clone(),
                 })
             }),
-        Disposition::Redeliver {
-            delay,
-            body,
-            headers,
-        } => {
-            let properties = copy_properties(&delivery.properties, true, &headers);
-            let count = headers.get_i64("MT-Redelivery-Count").unwrap_or_default();
+        Settlement::Redeliver(redelivery) => {
+            let properties = copy_properties(&delivery.properties, true, &redelivery.headers);
             schedule(
                 ctx.live,
                 ctx.delay_mode,
                 ctx.queue,
-                delay,
-                &body,
+                redelivery.delay,
+                &redelivery.body,
                 properties,
             )
             .await
@@ -90,11 +100,12 @@ pub(crate) async fn settle(ctx: &SettleContext<'_>, delivery: &Delivery, disposi
                 Outcome::Ack(Event::Redelivered {
                     queue: queue.clone(),
                     message_id: message_id.clone(),
-                    count,
+                    count: i64::from(redelivery.count),
                 })
             })
         }
-        Disposition::Abandoned => Ok(Outcome::Requeue),
+        // `Abandon`, and whatever a later version adds: give it back to the broker.
+        _ => Ok(Outcome::Requeue),
     };
     let event = match outcome {
         Ok(Outcome::Ack(event)) => ack(delivery).await.then_some(event),
@@ -112,9 +123,26 @@ pub(crate) async fn settle(ctx: &SettleContext<'_>, delivery: &Delivery, disposi
         .emit(event.unwrap_or(Event::Returned { queue, message_id }));
 }
 
+/// Moves the delivery to `<queue>_error`, then publishes its fault (once the move succeeded).
+async fn fault(
+    ctx: &SettleContext<'_>,
+    delivery: &Delivery,
+    body: &Bytes,
+    faulted: Faulted,
+) -> Result<()> {
+    move_to(ctx, delivery, body, "_error", &faulted.headers, false).await?;
+    if let Some(fault) = faulted.fault {
+        if let Err(error) = ctx.publisher.send(&fault).await {
+            tracing::warn!(target: "ferrybus::rabbitmq", queue = %ctx.queue.name, %error, "the message is in the error queue, but its fault could not be published");
+        }
+    }
+    Ok(())
+}
+
 async fn move_to(
     ctx: &SettleContext<'_>,
     delivery: &Delivery,
+    body: &[u8],
     suffix: &str,
     headers: &Headers,
     keep_expiration: bool,
@@ -131,7 +159,7 @@ async fn move_to(
         mandatory: true,
     };
     let properties = copy_properties(&delivery.properties, keep_expiration, headers);
-    let result = ctx.live.publish(target, &delivery.data, properties).await;
+    let result = ctx.live.publish(target, body, properties).await;
     if result.is_err() {
         // The queue may have been deleted behind our back: declare it again next time.
         ctx.live.topology.forget_all();

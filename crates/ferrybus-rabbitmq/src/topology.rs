@@ -3,15 +3,15 @@
 use std::collections::HashSet;
 use std::sync::Mutex;
 
-use ferrybus_core::EndpointAddress;
+use ferrybus_core::{EndpointAddress, QueueOptions, QueueType};
 use lapin::options::{
     ExchangeBindOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
 };
-use lapin::types::{FieldTable, ShortString};
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::{Channel, ExchangeKind};
+use serde_json::Value;
 
 use crate::error::{ErrorKind, RabbitMqError, Result};
-use crate::queue::QueueOptions;
 
 /// An exchange declaration.
 #[derive(Clone, Debug, PartialEq)]
@@ -58,8 +58,8 @@ impl QueueDecl {
             name: name.to_owned(),
             durable: options.is_durable(),
             auto_delete: options.is_auto_delete(),
-            exclusive: options.exclusive_flag(),
-            arguments: options.arguments_table(),
+            exclusive: options.is_exclusive(),
+            arguments: arguments_table(options),
         }
     }
 
@@ -87,6 +87,35 @@ impl QueueDecl {
 
     fn key(&self) -> String {
         format!("q:{}", self.name)
+    }
+}
+
+/// The arguments sent on `queue.declare`, `x-queue-type` included for quorum queues.
+fn arguments_table(options: &QueueOptions) -> FieldTable {
+    let mut table = FieldTable::default();
+    if options.kind() == QueueType::Quorum {
+        table.insert(
+            "x-queue-type".into(),
+            AMQPValue::LongString("quorum".into()),
+        );
+    }
+    for (name, value) in options.arguments() {
+        if let (Ok(key), Some(v)) = (ShortString::try_new(name.as_str()), argument_value(value)) {
+            table.insert(key, v);
+        }
+    }
+    table
+}
+
+fn argument_value(value: &Value) -> Option<AMQPValue> {
+    match value {
+        Value::Bool(b) => Some(AMQPValue::Boolean(*b)),
+        Value::String(s) => Some(AMQPValue::LongString(LongString::from(s.as_str()))),
+        Value::Number(n) => Some(match n.as_i64() {
+            Some(i) => AMQPValue::LongLongInt(i),
+            None => AMQPValue::Double(n.as_f64().unwrap_or_default()),
+        }),
+        Value::Null | Value::Array(_) | Value::Object(_) => None,
     }
 }
 
@@ -298,7 +327,6 @@ impl Topology {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::queue::QueueType;
     use std::time::Duration;
 
     #[test]

@@ -1,4 +1,4 @@
-//! Failure paths against the real broker: `_error`, `_skipped`, faults, retry, delayed
+//! Failure paths against the real broker: `_error`, `_skipped`, faults, retry, panics, delayed
 //! redelivery, quorum queues, request/response.
 #![allow(missing_docs, unreachable_pub)]
 
@@ -10,12 +10,16 @@ use std::time::Duration;
 
 use common::*;
 use ferrybus_core::{
-    consumer_fn, ConsumeContext, ConsumeError, EndpointConfig, Envelope, RetryPolicy,
+    consumer_fn, ConsumeContext, ConsumeError, Envelope, Fault, Message, Publish, RetryPolicy,
 };
-use ferrybus_rabbitmq::{DelayMode, ErrorKind, Event, RabbitMqBus, ReceiveEndpoint};
+use ferrybus_rabbitmq::{DelayMode, ErrorKind, Event, RabbitMqBus};
+use ferrybus_testing::{
+    amqp_url, eventually, has_header, header_int, header_str, mt_properties, unique, wait_event,
+    Probe, WAIT,
+};
 use lapin::types::{AMQPValue, FieldTable};
 
-fn failing<M: ferrybus_core::Message>(attempts: Arc<AtomicU32>) -> impl ferrybus_core::Consumer<M> {
+fn failing<M: Message>(attempts: Arc<AtomicU32>) -> impl ferrybus_core::Consumer<M> {
     consumer_fn("FailingConsumer", move |_ctx: ConsumeContext<M>| {
         attempts.fetch_add(1, Ordering::SeqCst);
         async { Err::<(), _>(ConsumeError::handler("card declined")) }
@@ -36,33 +40,43 @@ fn envelope_body(id: &uuid::Uuid, urn: &str, extra: serde_json::Value) -> Vec<u8
     serde_json::to_vec_pretty(&body).unwrap()
 }
 
+/// Watches `queue` for `window` and fails if it ever holds more than `max` messages: what must
+/// not happen (a second fault, a second copy) has had that long to show up.
+async fn never_more_than(probe: &Probe, queue: &str, max: u32, window: Duration) {
+    let more = tokio::time::timeout(
+        window,
+        eventually(&format!("more than {max} in {queue}"), WAIT, || async {
+            probe.queue_count(queue).await.filter(|n| *n > max)
+        }),
+    )
+    .await;
+    if let Ok(count) = more {
+        panic!("{queue} holds {count} messages, at most {max} expected");
+    }
+}
+
 test_message!(Charge, "FerrybusTests.Fault:Charge");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_moves_the_original_to_error_and_publishes_fault() {
-    let probe = Probe::new().await;
+    let probe = Probe::connect(&amqp_url()).await;
     let queue = unique("fault");
     probe.track_endpoint(&queue);
-    let fault_exchange = "MassTransit:Fault--FerrybusTests.Fault:Charge--";
-    probe.track(&[], &["FerrybusTests.Fault:Charge", fault_exchange]);
+    let fault_exchange = Fault::<Charge>::message_type().entity_name().to_owned();
+    assert_eq!(
+        fault_exchange,
+        "MassTransit:Fault--FerrybusTests.Fault:Charge--"
+    );
+    probe.track(&[], &["FerrybusTests.Fault:Charge", &fault_exchange]);
+    // The probe declares the fault exchange (with MassTransit's flags) before anything faults.
+    let faults = probe.bind_probe(&fault_exchange).await;
     let attempts = Arc::new(AtomicU32::new(0));
-    let bus = start(RabbitMqBus::builder(URI).receive_endpoint(
-        EndpointConfig::new(&queue).consumer(failing::<Charge>(attempts.clone())),
-    ))
+    let bus = start(
+        RabbitMqBus::builder(&amqp_url())
+            .receive_endpoint(&queue, |e| e.consumer(failing::<Charge>(attempts.clone()))),
+    )
     .await;
-    // The fault exchange exists once a fault was published; create it first so a probe can bind.
-    bus.publish(&ferrybus_core::Fault {
-        fault_id: None,
-        faulted_message_id: None,
-        timestamp: None,
-        exceptions: vec![],
-        host: None,
-        fault_message_types: vec![],
-        message: Charge { n: 0, fail: false },
-    })
-    .await
-    .unwrap();
-    let faults = probe.bind_probe(fault_exchange).await;
+    let input_address = bus.host().entity_address(&queue);
 
     let id = uuid::Uuid::now_v7();
     let body = envelope_body(
@@ -104,7 +118,7 @@ async fn fault_moves_the_original_to_error_and_publishes_fault() {
     );
     assert_eq!(
         header_str(&moved, "MT-Fault-InputAddress"),
-        Some(format!("rabbitmq://127.0.0.1/{queue}"))
+        Some(input_address.clone())
     );
     assert_eq!(
         header_str(&moved, "MT-Fault-ConsumerType").as_deref(),
@@ -126,26 +140,17 @@ async fn fault_moves_the_original_to_error_and_publishes_fault() {
         Some("acme"),
         "original headers kept"
     );
-    assert!(header(&moved, "MT-Fault-RetryCount").is_none());
+    assert!(!has_header(&moved, "MT-Fault-RetryCount"));
     assert_eq!(attempts.load(Ordering::SeqCst), 1, "no retry by default");
 
-    let fault = probe.wait_get(&faults).await;
-    let fault = Envelope::from_slice(&fault.delivery.data).unwrap();
-    let fault = if fault.message["faultedMessageId"].is_null() {
-        Envelope::from_slice(&probe.wait_get(&faults).await.delivery.data).unwrap()
-    } else {
-        fault
-    };
+    let fault = Envelope::from_slice(&probe.wait_get(&faults).await.delivery.data).unwrap();
     assert_eq!(
         fault.message_type[0],
         "urn:message:MassTransit:Fault[[FerrybusTests.Fault:Charge]]"
     );
     assert_eq!(fault.message["faultedMessageId"], id.to_string());
     assert_eq!(fault.message["exceptions"][0]["message"], "card declined");
-    assert_eq!(
-        fault.source_address,
-        Some(format!("rabbitmq://127.0.0.1/{queue}"))
-    );
+    assert_eq!(fault.source_address, Some(input_address));
     assert_eq!(fault.headers.get_str("Tenant"), Some("acme"));
     eventually("source queue empty", WAIT, || async {
         (probe.queue_count(&queue).await == Some(0)).then_some(())
@@ -159,7 +164,7 @@ test_message!(Reserve, "FerrybusTests.FaultAddress:Reserve");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fault_goes_to_fault_address_then_response_address() {
-    let probe = Probe::new().await;
+    let probe = Probe::connect(&amqp_url()).await;
     let queue = unique("faultaddr");
     let (fault_q, response_q) = (unique("faults-here"), unique("responses-here"));
     probe.track_endpoint(&queue);
@@ -167,13 +172,16 @@ async fn fault_goes_to_fault_address_then_response_address() {
         &[&fault_q, &response_q],
         &[&fault_q, &response_q, "FerrybusTests.FaultAddress:Reserve"],
     );
-    let bus = start(RabbitMqBus::builder(URI).receive_endpoint(
-        EndpointConfig::new(&queue).consumer(failing::<Reserve>(Arc::default())),
-    ))
+    let bus = start(
+        RabbitMqBus::builder(&amqp_url())
+            .receive_endpoint(&queue, |e| e.consumer(failing::<Reserve>(Arc::default()))),
+    )
     .await;
+    let bound = |name: &str| format!("{}?bind=true", bus.host().entity_address(name));
     let urn = "urn:message:FerrybusTests.FaultAddress:Reserve";
     let id = uuid::Uuid::now_v7();
-    let to_fault = serde_json::json!({"faultAddress": format!("rabbitmq://127.0.0.1/{fault_q}?bind=true"), "responseAddress": format!("rabbitmq://127.0.0.1/{response_q}?bind=true")});
+    let to_fault =
+        serde_json::json!({"faultAddress": bound(&fault_q), "responseAddress": bound(&response_q)});
     probe
         .publish(
             "",
@@ -187,7 +195,7 @@ async fn fault_goes_to_fault_address_then_response_address() {
 
     let id2 = uuid::Uuid::now_v7();
     let request_id = uuid::Uuid::now_v7();
-    let to_response = serde_json::json!({"requestId": request_id.to_string(), "responseAddress": format!("rabbitmq://127.0.0.1/{response_q}?bind=true")});
+    let to_response = serde_json::json!({"requestId": request_id.to_string(), "responseAddress": bound(&response_q)});
     probe
         .publish(
             "",
@@ -207,14 +215,16 @@ test_message!(Parse, "FerrybusTests.Bad:Parse");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreadable_messages_go_to_error_with_a_receive_fault() {
-    let probe = Probe::new().await;
+    let probe = Probe::connect(&amqp_url()).await;
     let queue = unique("bad");
     probe.track_endpoint(&queue);
     probe.track(&[], &["FerrybusTests.Bad:Parse"]);
     let seen: Seen<Parse> = Arc::default();
-    let bus = start(RabbitMqBus::builder(URI).receive_endpoint(
-        EndpointConfig::new(&queue).consumer(consumer_fn("ParseConsumer", recorder(seen.clone()))),
-    ))
+    let bus = start(
+        RabbitMqBus::builder(&amqp_url()).receive_endpoint(&queue, |e| {
+            e.consumer(consumer_fn("ParseConsumer", recorder(seen.clone())))
+        }),
+    )
     .await;
     let mut events = bus.events();
     let urn = "urn:message:FerrybusTests.Bad:Parse";
@@ -241,7 +251,7 @@ async fn unreadable_messages_go_to_error_with_a_receive_fault() {
             Some("fault"),
             "{what}"
         );
-        assert!(header(&moved, "MT-Fault-ConsumerType").is_none(), "{what}");
+        assert!(!has_header(&moved, "MT-Fault-ConsumerType"), "{what}");
     }
     assert!(seen.lock().unwrap().is_empty());
     assert!(
@@ -255,16 +265,18 @@ async fn unreadable_messages_go_to_error_with_a_receive_fault() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_types_go_to_skipped_keeping_expiration() {
     test_message!(Known, "FerrybusTests.Skip:Known");
-    let probe = Probe::new().await;
+    let probe = Probe::connect(&amqp_url()).await;
     let queue = unique("skip");
     probe.track_endpoint(&queue);
     probe.track(&[], &["FerrybusTests.Skip:Known"]);
-    let bus = start(RabbitMqBus::builder(URI).receive_endpoint(
-        EndpointConfig::new(&queue).consumer(consumer_fn(
-            "KnownConsumer",
-            recorder::<Known>(Arc::default()),
-        )),
-    ))
+    let bus = start(
+        RabbitMqBus::builder(&amqp_url()).receive_endpoint(&queue, |e| {
+            e.consumer(consumer_fn(
+                "KnownConsumer",
+                recorder::<Known>(Arc::default()),
+            ))
+        }),
+    )
     .await;
     let id = uuid::Uuid::now_v7();
     let body = envelope_body(
@@ -304,7 +316,7 @@ async fn unknown_types_go_to_skipped_keeping_expiration() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_policy_runs_then_faults_with_retry_count() {
     test_message!(Flaky, "FerrybusTests.Retry:Flaky");
-    let probe = Probe::new().await;
+    let probe = Probe::connect(&amqp_url()).await;
     let queue = unique("retry");
     probe.track_endpoint(&queue);
     probe.track(
@@ -315,10 +327,13 @@ async fn retry_policy_runs_then_faults_with_retry_count() {
         ],
     );
     let attempts = Arc::new(AtomicU32::new(0));
-    let endpoint = EndpointConfig::new(&queue)
-        .retry(RetryPolicy::immediate(2))
-        .consumer(failing::<Flaky>(attempts.clone()));
-    let bus = start(RabbitMqBus::builder(URI).receive_endpoint(endpoint)).await;
+    let bus = start(
+        RabbitMqBus::builder(&amqp_url()).receive_endpoint(&queue, |e| {
+            e.retry(RetryPolicy::immediate(2))
+                .consumer(failing::<Flaky>(attempts.clone()))
+        }),
+    )
+    .await;
     bus.publish(&Flaky { n: 1, fail: true }).await.unwrap();
     let moved = probe.wait_get(&format!("{queue}_error")).await;
     assert_eq!(attempts.load(Ordering::SeqCst), 3);
@@ -327,10 +342,252 @@ async fn retry_policy_runs_then_faults_with_retry_count() {
     probe.cleanup().await;
 }
 
+test_message!(Explode, "FerrybusTests.Panic:Explode");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_consumer_is_retried_then_faulted_once_and_the_endpoint_keeps_consuming() {
+    let probe = Probe::connect(&amqp_url()).await;
+    let queue = unique("panic");
+    probe.track_endpoint(&queue);
+    let fault_exchange = Fault::<Explode>::message_type().entity_name().to_owned();
+    assert_eq!(
+        fault_exchange,
+        "MassTransit:Fault--FerrybusTests.Panic:Explode--"
+    );
+    probe.track(&[], &["FerrybusTests.Panic:Explode", &fault_exchange]);
+    let faults = probe.bind_probe(&fault_exchange).await;
+
+    let attempts = Arc::new(AtomicU32::new(0));
+    let good: Seen<u32> = Arc::default();
+    let (a, g) = (attempts.clone(), good.clone());
+    let consumer = consumer_fn("PanickingConsumer", move |ctx: ConsumeContext<Explode>| {
+        let (a, g) = (a.clone(), g.clone());
+        async move {
+            let message = ctx.message();
+            if message.fail {
+                a.fetch_add(1, Ordering::SeqCst);
+                panic!("exploded on message {}", message.n);
+            }
+            g.lock().unwrap().push(message.n);
+            Ok::<_, ConsumeError>(())
+        }
+    });
+    let bus = start(
+        RabbitMqBus::builder(&amqp_url()).receive_endpoint(&queue, |e| {
+            e.retry(RetryPolicy::immediate(2)).consumer(consumer)
+        }),
+    )
+    .await;
+    let mut events = bus.events();
+
+    let id = bus
+        .publish(&Explode { n: 1, fail: true })
+        .await
+        .unwrap()
+        .to_string();
+    wait_event(
+        &mut events,
+        WAIT,
+        |e| matches!(e, Event::Faulted { message_id: Some(m), .. } if *m == id),
+    )
+    .await;
+    assert_eq!(
+        attempts.load(Ordering::SeqCst),
+        3,
+        "the first attempt and two retries"
+    );
+
+    let moved = probe.wait_get(&format!("{queue}_error")).await;
+    assert_eq!(
+        moved
+            .delivery
+            .properties
+            .message_id()
+            .as_ref()
+            .unwrap()
+            .as_str(),
+        id
+    );
+    assert_eq!(header_str(&moved, "MT-Reason").as_deref(), Some("fault"));
+    assert_eq!(
+        header_str(&moved, "MT-Fault-ExceptionType").as_deref(),
+        Some("Panic")
+    );
+    assert_eq!(
+        header_str(&moved, "MT-Fault-Message").as_deref(),
+        Some("exploded on message 1")
+    );
+    assert_eq!(header_int(&moved, "MT-Fault-RetryCount"), Some(2));
+    assert_eq!(
+        header_str(&moved, "MT-Fault-ConsumerType").as_deref(),
+        Some("PanickingConsumer")
+    );
+
+    // The endpoint survived the panics: a good message is consumed.
+    let next = bus
+        .publish(&Explode { n: 2, fail: false })
+        .await
+        .unwrap()
+        .to_string();
+    wait_event(
+        &mut events,
+        WAIT,
+        |e| matches!(e, Event::Consumed { message_id: Some(m), duplicate: false, .. } if *m == next),
+    )
+    .await;
+    assert_eq!(good.lock().unwrap().as_slice(), [2]);
+    assert_eq!(attempts.load(Ordering::SeqCst), 3, "no more attempts");
+
+    // Exactly one Fault<Explode>, for the message that panicked.
+    never_more_than(&probe, &faults, 1, Duration::from_secs(2)).await;
+    assert_eq!(probe.queue_count(&faults).await, Some(1));
+    let fault = Envelope::from_slice(&probe.wait_get(&faults).await.delivery.data).unwrap();
+    assert_eq!(fault.message["faultedMessageId"], id);
+    assert_eq!(fault.message["exceptions"][0]["exceptionType"], "Panic");
+    assert_eq!(
+        fault.message["exceptions"][0]["message"],
+        "exploded on message 1"
+    );
+    assert_eq!(probe.queue_count(&format!("{queue}_error")).await, Some(0));
+    assert_eq!(probe.queue_count(&queue).await, Some(0));
+    bus.stop().await;
+    probe.cleanup().await;
+}
+
+test_message!(Flop, "FerrybusTests.FaultOnce:Flop");
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fault_is_published_exactly_once_even_when_the_move_to_error_fails_and_the_message_comes_back(
+) {
+    let probe = Probe::connect(&amqp_url()).await;
+    let queue = unique("faultonce");
+    let error_queue = format!("{queue}_error");
+    probe.track_endpoint(&queue);
+    let fault_exchange = Fault::<Flop>::message_type().entity_name().to_owned();
+    probe.track(&[], &["FerrybusTests.FaultOnce:Flop", &fault_exchange]);
+    let faults = probe.bind_probe(&fault_exchange).await;
+
+    // `<queue>_error` exists already with an argument ferrybus does not declare: its
+    // `queue.declare` gets PRECONDITION_FAILED, so the move fails.
+    let mut conflicting = FieldTable::default();
+    conflicting.insert("x-max-length".into(), AMQPValue::LongLongInt(1000));
+    probe
+        .declare_queue(&error_queue, true, conflicting)
+        .await
+        .expect("the conflicting error queue is declared");
+
+    let attempts = Arc::new(AtomicU32::new(0));
+    let (a, consumed) = (attempts.clone(), Seen::<u32>::default());
+    let c = consumed.clone();
+    let consumer = consumer_fn("FlopConsumer", move |ctx: ConsumeContext<Flop>| {
+        let (a, c) = (a.clone(), c.clone());
+        async move {
+            if ctx.message().fail {
+                a.fetch_add(1, Ordering::SeqCst);
+                return Err(ConsumeError::handler("flopped"));
+            }
+            c.lock().unwrap().push(ctx.message().n);
+            Ok(())
+        }
+    });
+    let bus =
+        start(RabbitMqBus::builder(&amqp_url()).receive_endpoint(&queue, |e| e.consumer(consumer)))
+            .await;
+    let mut events = bus.events();
+    let id = bus
+        .publish(&Flop { n: 1, fail: true })
+        .await
+        .unwrap()
+        .to_string();
+
+    // The move failed: the delivery is given back, and no fault went out.
+    wait_event(
+        &mut events,
+        WAIT,
+        |e| matches!(e, Event::Returned { queue: q, message_id: Some(m) } if *q == queue && *m == id),
+    )
+    .await;
+    assert!(attempts.load(Ordering::SeqCst) >= 1);
+    assert_eq!(
+        probe.queue_count(&faults).await,
+        Some(0),
+        "no fault while the move fails"
+    );
+    assert_eq!(
+        probe.queue_count(&error_queue).await,
+        Some(0),
+        "nothing moved"
+    );
+
+    // Remove the conflict: the next attempt declares `<queue>_error` itself and moves.
+    let mut after = bus.events();
+    probe.delete_queue(&error_queue).await;
+    wait_event(
+        &mut after,
+        WAIT,
+        |e| matches!(e, Event::Faulted { queue: q, message_id: Some(m) } if *q == queue && *m == id),
+    )
+    .await;
+    let tries = attempts.load(Ordering::SeqCst);
+    assert!(tries >= 2, "the message came back at least once: {tries}");
+
+    // A later message goes through the same endpoint: anything still in flight for the first
+    // one has been settled or would come first.
+    let next = bus
+        .publish(&Flop { n: 2, fail: false })
+        .await
+        .unwrap()
+        .to_string();
+    wait_event(
+        &mut after,
+        WAIT,
+        |e| matches!(e, Event::Consumed { message_id: Some(m), .. } if *m == next),
+    )
+    .await;
+    assert_eq!(consumed.lock().unwrap().as_slice(), [2]);
+
+    // One copy in the error queue, one Fault<Flop>, and no stragglers.
+    never_more_than(&probe, &error_queue, 1, Duration::from_secs(2)).await;
+    never_more_than(&probe, &faults, 1, Duration::from_secs(1)).await;
+    assert_eq!(probe.queue_count(&error_queue).await, Some(1));
+    assert_eq!(probe.queue_count(&faults).await, Some(1));
+    assert_eq!(
+        attempts.load(Ordering::SeqCst),
+        tries,
+        "no attempt after the fault"
+    );
+    let moved = probe.wait_get(&error_queue).await;
+    assert_eq!(
+        moved
+            .delivery
+            .properties
+            .message_id()
+            .as_ref()
+            .unwrap()
+            .as_str(),
+        id
+    );
+    assert_eq!(
+        header_str(&moved, "MT-Fault-Message").as_deref(),
+        Some("flopped")
+    );
+    let fault = Envelope::from_slice(&probe.wait_get(&faults).await.delivery.data).unwrap();
+    assert_eq!(fault.message["faultedMessageId"], id);
+    assert_eq!(fault.message["exceptions"][0]["message"], "flopped");
+    assert!(
+        probe
+            .queue_flags_match(&error_queue, true, FieldTable::default())
+            .await,
+        "ferrybus declared the error queue with the source queue's flags"
+    );
+    bus.stop().await;
+    probe.cleanup().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delayed_redelivery_uses_ttl_queues_then_faults() {
     test_message!(Later, "FerrybusTests.Redeliver:Later");
-    let probe = Probe::new().await;
+    let probe = Probe::connect(&amqp_url()).await;
     let queue = unique("redeliver");
     let delay_queue = format!("{queue}_delay_200");
     probe.track_endpoint(&queue);
@@ -347,16 +604,16 @@ async fn delayed_redelivery_uses_ttl_queues_then_faults() {
         c.lock().unwrap().push(ctx.redelivery_count());
         async { Err::<(), _>(ConsumeError::handler("still failing")) }
     });
-    let endpoint = EndpointConfig::new(&queue)
-        .redelivery(RetryPolicy::intervals([
-            Duration::from_millis(200),
-            Duration::from_millis(200),
-        ]))
-        .consumer(consumer);
     let bus = start(
-        RabbitMqBus::builder(URI)
+        RabbitMqBus::builder(&amqp_url())
             .delay_mode(DelayMode::Auto)
-            .receive_endpoint(endpoint),
+            .receive_endpoint(&queue, |e| {
+                e.redelivery(RetryPolicy::intervals([
+                    Duration::from_millis(200),
+                    Duration::from_millis(200),
+                ]))
+                .consumer(consumer)
+            }),
     )
     .await;
     let mut events = bus.events();
@@ -403,7 +660,7 @@ async fn delayed_redelivery_uses_ttl_queues_then_faults() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quorum_endpoints_get_quorum_error_queues() {
     test_message!(Vote, "FerrybusTests.Quorum:Vote");
-    let probe = Probe::new().await;
+    let probe = Probe::connect(&amqp_url()).await;
     let queue = unique("quorum");
     probe.track_endpoint(&queue);
     probe.track(
@@ -413,11 +670,14 @@ async fn quorum_endpoints_get_quorum_error_queues() {
             "MassTransit:Fault--FerrybusTests.Quorum:Vote--",
         ],
     );
-    let endpoint =
-        ReceiveEndpoint::new(EndpointConfig::new(&queue).consumer(failing::<Vote>(Arc::default())))
-            .quorum()
-            .argument("x-delivery-limit", 5);
-    let bus = start(RabbitMqBus::builder(URI).receive_endpoint(endpoint)).await;
+    let bus = start(
+        RabbitMqBus::builder(&amqp_url()).receive_endpoint(&queue, |e| {
+            e.quorum()
+                .queue_argument("x-delivery-limit", 5)
+                .consumer(failing::<Vote>(Arc::default()))
+        }),
+    )
+    .await;
     bus.publish(&Vote { n: 1, fail: true }).await.unwrap();
     probe.wait_get(&format!("{queue}_error")).await;
     let mut quorum = FieldTable::default();
@@ -442,7 +702,7 @@ test_message!(StatusResult, "FerrybusTests.Request:StatusResult");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn request_response_and_faulted_requests() {
-    let probe = Probe::new().await;
+    let probe = Probe::connect(&amqp_url()).await;
     let queue = unique("status");
     probe.track_endpoint(&queue);
     probe.track(
@@ -464,11 +724,12 @@ async fn request_response_and_faulted_requests() {
                 n: ctx.message().n * 10,
                 fail: false,
             })
-            .await
+            .await?;
+            Ok(())
         }
     });
     let bus = start(
-        RabbitMqBus::builder(URI).receive_endpoint(EndpointConfig::new(&queue).consumer(responder)),
+        RabbitMqBus::builder(&amqp_url()).receive_endpoint(&queue, |e| e.consumer(responder)),
     )
     .await;
     let client = bus

@@ -9,8 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
-use ferrybus_core::{consumer_fn, ConsumeContext, ConsumeError, EndpointConfig, SendOptions};
+use ferrybus_core::{consumer_fn, ConsumeContext, ConsumeError, Publish, SendOptions};
 use ferrybus_rabbitmq::{Event, RabbitMqBus};
+use ferrybus_testing::{amqp_url, eventually, unique, wait_event, Probe};
 
 test_message!(Tick, "FerrybusTests.Restart:Tick");
 
@@ -62,10 +63,10 @@ async fn broker_restart_loses_nothing_and_consumers_resume() {
         async { Ok::<_, ConsumeError>(()) }
     });
     let bus = start(
-        RabbitMqBus::builder(URI)
+        RabbitMqBus::builder(&amqp_url())
             .reconnect_backoff(Duration::from_millis(100), Duration::from_secs(1))
             .publish_timeout(Duration::from_secs(60))
-            .receive_endpoint(EndpointConfig::new(&queue).consumer(consumer)),
+            .receive_endpoint(&queue, |e| e.consumer(consumer)),
     )
     .await;
     let mut events = bus.events();
@@ -123,7 +124,7 @@ async fn broker_restart_loses_nothing_and_consumers_resume() {
         published.iter().all(|id| seen.contains(id)).then_some(())
     })
     .await;
-    let probe = Probe::new().await;
+    let probe = Probe::connect(&amqp_url()).await;
     probe.track_endpoint(&queue);
     probe.track(&[], &["FerrybusTests.Restart:Tick"]);
     eventually("the queue drained", LONG, || async {

@@ -9,10 +9,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
-use ferrybus_core::{
-    consumer_fn, ConsumeContext, ConsumeError, EndpointConfig, Envelope, SendOptions,
-};
+use ferrybus_core::{consumer_fn, ConsumeContext, ConsumeError, Envelope, Publish, SendOptions};
 use ferrybus_rabbitmq::{Event, RabbitMqBus};
+use ferrybus_testing::{
+    amqp_url, eventually, has_header, header_int, header_str, mt_properties, unique, wait_event,
+    Probe, WAIT,
+};
 use lapin::types::AMQPValue;
 use lapin::BasicProperties;
 
@@ -20,14 +22,16 @@ test_message!(Placed, "FerrybusTests.Consume:Placed");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consumes_and_acks_with_masstransit_topology() {
-    let probe = Probe::new().await;
+    let probe = Probe::connect(&amqp_url()).await;
     let queue = unique("consume");
     probe.track_endpoint(&queue);
     probe.track(&[], &["FerrybusTests.Consume:Placed"]);
     let seen: Seen<Placed> = Arc::default();
-    let bus = start(RabbitMqBus::builder(URI).receive_endpoint(
-        EndpointConfig::new(&queue).consumer(consumer_fn("PlacedConsumer", recorder(seen.clone()))),
-    ))
+    let bus = start(
+        RabbitMqBus::builder(&amqp_url()).receive_endpoint(&queue, |e| {
+            e.consumer(consumer_fn("PlacedConsumer", recorder(seen.clone())))
+        }),
+    )
     .await;
     assert!(probe.exchange_exists(&queue).await, "endpoint exchange");
     assert!(
@@ -42,7 +46,7 @@ async fn consumes_and_acks_with_masstransit_topology() {
     wait_event(
         &mut events,
         WAIT,
-        |e| matches!(e, Event::Consumed { message_id: Some(m), .. } if *m == id),
+        |e| matches!(e, Event::Consumed { message_id: Some(m), duplicate: false, .. } if *m == id),
     )
     .await;
     assert_eq!(
@@ -67,7 +71,7 @@ test_message!(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publish_binds_base_types_and_sets_masstransit_properties() {
-    let probe = Probe::new().await;
+    let probe = Probe::connect(&amqp_url()).await;
     probe.track(
         &[],
         &[
@@ -75,7 +79,7 @@ async fn publish_binds_base_types_and_sets_masstransit_properties() {
             "FerrybusTests.Publish:IEvent",
         ],
     );
-    let bus = start(RabbitMqBus::builder(URI)).await;
+    let bus = start(RabbitMqBus::builder(&amqp_url())).await;
     // First publish declares the type exchange, the base exchange and the e2e binding.
     bus.publish(&Created { n: 0, fail: false }).await.unwrap();
     assert!(probe.exchange_exists("FerrybusTests.Publish:IEvent").await);
@@ -110,7 +114,7 @@ async fn publish_binds_base_types_and_sets_masstransit_properties() {
     assert_eq!(header_str(&got, "Tenant").as_deref(), Some("acme"));
     assert_eq!(header_str(&got, "Flag").as_deref(), Some("True"));
     assert_eq!(header_int(&got, "Count"), Some(7));
-    assert!(header(&got, "Off").is_none() && header(&got, "List").is_none());
+    assert!(!has_header(&got, "Off") && !has_header(&got, "List"));
 
     let envelope = Envelope::from_slice(&got.delivery.data).unwrap();
     assert_eq!(envelope.message_id, Some(id));
@@ -130,8 +134,8 @@ async fn publish_binds_base_types_and_sets_masstransit_properties() {
         "{source}"
     );
     assert_eq!(
-        envelope.destination_address.as_deref(),
-        Some("rabbitmq://127.0.0.1/FerrybusTests.Publish:Created")
+        envelope.destination_address,
+        Some(bus.host().entity_address("FerrybusTests.Publish:Created"))
     );
     bus.stop().await;
     probe.cleanup().await;
@@ -141,8 +145,8 @@ test_message!(Sent, "FerrybusTests.Send:Sent");
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn send_to_every_address_form() {
-    let probe = Probe::new().await;
-    let bus = start(RabbitMqBus::builder(URI)).await;
+    let probe = Probe::connect(&amqp_url()).await;
+    let bus = start(RabbitMqBus::builder(&amqp_url())).await;
     let msg = Sent { n: 1, fail: false };
 
     // queue:name declares exchange + queue + binding.
@@ -153,14 +157,14 @@ async fn send_to_every_address_form() {
     let envelope = Envelope::from_slice(&got.delivery.data).unwrap();
     assert_eq!(
         envelope.destination_address,
-        Some(format!("rabbitmq://127.0.0.1/{q}?bind=true"))
+        Some(format!("{}?bind=true", bus.host().entity_address(&q)))
     );
 
     // ?bind=true&queue=other binds a differently named queue.
     let (x, other) = (unique("send-x"), unique("send-other"));
     probe.track(&[&other], &[&x]);
     bus.send(
-        &format!("rabbitmq://127.0.0.1/{x}?bind=true&queue={other}"),
+        &format!("{}?bind=true&queue={other}", bus.host().entity_address(&x)),
         &msg,
     )
     .await
@@ -168,10 +172,11 @@ async fn send_to_every_address_form() {
     probe.wait_get(&other).await;
 
     // exchange:name and a full address declare only the (durable) exchange.
+    let full = bus.host().entity_address("{}");
     for (form, durable, auto_delete) in [
-        ("exchange:{}", true, false),
-        ("rabbitmq://127.0.0.1/{}", true, false),
-        ("rabbitmq://127.0.0.1/{}?temporary=true", false, true),
+        ("exchange:{}".to_owned(), true, false),
+        (full.clone(), true, false),
+        (format!("{full}?temporary=true"), false, true),
     ] {
         let name = unique("send-e");
         probe.track(&[], &[&name]);
@@ -189,7 +194,7 @@ async fn send_to_every_address_form() {
                 .await,
             "flags of {address}"
         );
-        let listener = probe.bind_probe(&name).await;
+        let listener = probe.bind_probe_existing(&name).await;
         let id = bus
             .send(&address, &Sent { n: 2, fail: false })
             .await
@@ -212,7 +217,7 @@ async fn send_to_every_address_form() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prefetch_and_concurrency_are_respected() {
     test_message!(Slow, "FerrybusTests.Prefetch:Slow");
-    let probe = Probe::new().await;
+    let probe = Probe::connect(&amqp_url()).await;
     let queue = unique("prefetch");
     probe.track_endpoint(&queue);
     probe.track(&[], &["FerrybusTests.Prefetch:Slow"]);
@@ -231,12 +236,8 @@ async fn prefetch_and_concurrency_are_respected() {
         }
     });
     let bus = start(
-        RabbitMqBus::builder(URI).receive_endpoint(
-            EndpointConfig::new(&queue)
-                .prefetch(3)
-                .concurrency(2)
-                .consumer(consumer),
-        ),
+        RabbitMqBus::builder(&amqp_url())
+            .receive_endpoint(&queue, |e| e.prefetch(3).concurrency(2).consumer(consumer)),
     )
     .await;
     for n in 0..6 {
@@ -266,7 +267,7 @@ async fn prefetch_and_concurrency_are_respected() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn graceful_shutdown_finishes_in_flight_work_and_returns_the_rest() {
     test_message!(Work, "FerrybusTests.Shutdown:Work");
-    let probe = Probe::new().await;
+    let probe = Probe::connect(&amqp_url()).await;
     let queue = unique("shutdown");
     probe.track_endpoint(&queue);
     probe.track(&[], &["FerrybusTests.Shutdown:Work"]);
@@ -284,14 +285,9 @@ async fn graceful_shutdown_finishes_in_flight_work_and_returns_the_rest() {
         }
     });
     let bus = start(
-        RabbitMqBus::builder(URI)
+        RabbitMqBus::builder(&amqp_url())
             .shutdown_timeout(Duration::from_secs(30))
-            .receive_endpoint(
-                EndpointConfig::new(&queue)
-                    .concurrency(1)
-                    .prefetch(1)
-                    .consumer(consumer),
-            ),
+            .receive_endpoint(&queue, |e| e.concurrency(1).prefetch(1).consumer(consumer)),
     )
     .await;
     bus.publish(&Work { n: 1, fail: false }).await.unwrap();
@@ -324,7 +320,7 @@ async fn graceful_shutdown_finishes_in_flight_work_and_returns_the_rest() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_deadline_leaves_stuck_messages_for_redelivery() {
     test_message!(Stuck, "FerrybusTests.Deadline:Stuck");
-    let probe = Probe::new().await;
+    let probe = Probe::connect(&amqp_url()).await;
     let queue = unique("deadline");
     probe.track_endpoint(&queue);
     probe.track(&[], &["FerrybusTests.Deadline:Stuck"]);
@@ -339,9 +335,9 @@ async fn shutdown_deadline_leaves_stuck_messages_for_redelivery() {
         }
     });
     let bus = start(
-        RabbitMqBus::builder(URI)
+        RabbitMqBus::builder(&amqp_url())
             .shutdown_timeout(Duration::from_millis(200))
-            .receive_endpoint(EndpointConfig::new(&queue).consumer(consumer)),
+            .receive_endpoint(&queue, |e| e.consumer(consumer)),
     )
     .await;
     bus.publish(&Stuck { n: 1, fail: false }).await.unwrap();
@@ -384,7 +380,7 @@ mod fixtures {
 async fn every_fixture_envelope_reaches_a_rust_consumer() {
     use ferrybus_core::{Fault, Message};
     use fixtures::*;
-    let probe = Probe::new().await;
+    let probe = Probe::connect(&amqp_url()).await;
     let queue = unique("fixtures");
     probe.track_endpoint(&queue);
     let seen: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
@@ -403,36 +399,35 @@ async fn every_fixture_envelope_reaches_a_rust_consumer() {
             }
         })
     }
-    let endpoint = EndpointConfig::new(&queue)
-        .consumer(record::<Fault<AcceptMessage>>(&seen, |m| {
-            m.exceptions[0].exception_type.clone()
-        }))
-        .consumer(record::<OrderRequest>(&seen, |m| {
-            format!("{:?}", m.order_id)
-        }))
-        .consumer(record::<OrderPlacedEvent>(&seen, |m| {
-            m.order_number.clone()
-        }))
-        .consumer(record::<SubmitOrder>(&seen, |m| {
-            format!("{:?}", m.order_id)
-        }))
-        .consumer(record::<OrderCreated>(&seen, |m| {
-            format!("{} {}", m.id, m.total_amount)
-        }))
-        .consumer(record::<SampleEvent>(&seen, |_| "sample".into()))
-        .consumer(record::<ItemCreated>(&seen, |m| {
-            format!("{} {}", m.name, m.price)
-        }))
-        .consumer(record::<IdpTeam>(&seen, |m| {
-            format!("{} {}", m.id, m.role_id)
-        }))
-        .consumer(record::<OrderStatusResult>(&seen, |m| {
-            format!("{} {}", m.order_id, m.status_text)
-        }));
-    let bus = start(RabbitMqBus::builder(URI).receive_endpoint(
-        ferrybus_rabbitmq::ReceiveEndpoint::new(endpoint).bind_message_types(false),
-    ))
-    .await;
+    let endpoint = |e: ferrybus_core::EndpointConfig| {
+        e.bind_message_types(false)
+            .consumer(record::<Fault<AcceptMessage>>(&seen, |m| {
+                m.exceptions[0].exception_type.clone()
+            }))
+            .consumer(record::<OrderRequest>(&seen, |m| {
+                format!("{:?}", m.order_id)
+            }))
+            .consumer(record::<OrderPlacedEvent>(&seen, |m| {
+                m.order_number.clone()
+            }))
+            .consumer(record::<SubmitOrder>(&seen, |m| {
+                format!("{:?}", m.order_id)
+            }))
+            .consumer(record::<OrderCreated>(&seen, |m| {
+                format!("{} {}", m.id, m.total_amount)
+            }))
+            .consumer(record::<SampleEvent>(&seen, |_| "sample".into()))
+            .consumer(record::<ItemCreated>(&seen, |m| {
+                format!("{} {}", m.name, m.price)
+            }))
+            .consumer(record::<IdpTeam>(&seen, |m| {
+                format!("{} {}", m.id, m.role_id)
+            }))
+            .consumer(record::<OrderStatusResult>(&seen, |m| {
+                format!("{} {}", m.order_id, m.status_text)
+            }))
+    };
+    let bus = start(RabbitMqBus::builder(&amqp_url()).receive_endpoint(&queue, endpoint)).await;
     let mut events = bus.events();
 
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures/envelopes");

@@ -1,7 +1,9 @@
-//! [`RabbitMqBusBuilder`]: the host, receive endpoints and transport options of a
-//! [`RabbitMqBus`].
+//! [`RabbitMqBusBuilder`]: the host, the storage, the receive endpoints and the transport
+//! options of a [`RabbitMqBus`], in one configuration tree.
 
 use std::time::Duration;
+
+use ferrybus_core::{BusConfig, EndpointConfig, Storage};
 
 use super::RabbitMqBus;
 use crate::connection::Connector;
@@ -10,19 +12,21 @@ use crate::error::{ErrorKind, RabbitMqError, Result};
 #[cfg(doc)]
 use crate::event::Event;
 use crate::event::Events;
-use crate::queue::ReceiveEndpoint;
 use crate::settings::HostSettings;
 
-/// Configures a [`RabbitMqBus`]: the host, receive endpoints and transport options.
+/// Configures a [`RabbitMqBus`]: the host, the storage, the receive endpoints and transport
+/// options. Starting the bus starts everything they need; stopping it stops them in order.
 ///
 /// ```no_run
 /// use std::time::Duration;
-/// use ferrybus_core::EndpointConfig;
-/// use ferrybus_rabbitmq::{DelayMode, RabbitMqBus, ReceiveEndpoint};
+/// use ferrybus_core::RetryPolicy;
+/// use ferrybus_rabbitmq::{DelayMode, RabbitMqBus};
 /// # async fn run() -> Result<(), ferrybus_rabbitmq::RabbitMqError> {
 /// let bus = RabbitMqBus::builder("amqp://guest:guest@localhost:5672/%2f")
 ///     .connection_name("billing")
-///     .receive_endpoint(ReceiveEndpoint::new(EndpointConfig::new("billing-invoice")).quorum())
+///     .receive_endpoint("billing-invoice", |e| {
+///         e.prefetch(16).concurrency(4).quorum().retry(RetryPolicy::immediate(2))
+///     })
 ///     .delay_mode(DelayMode::Auto)
 ///     .shutdown_timeout(Duration::from_secs(10))
 ///     .start()
@@ -33,7 +37,7 @@ use crate::settings::HostSettings;
 #[derive(Debug)]
 pub struct RabbitMqBusBuilder {
     settings: Result<HostSettings>,
-    endpoints: Vec<ReceiveEndpoint>,
+    config: BusConfig,
     delay_mode: DelayMode,
     shutdown_timeout: Duration,
 }
@@ -44,7 +48,7 @@ impl RabbitMqBusBuilder {
     pub fn new(uri: &str) -> Self {
         Self {
             settings: HostSettings::parse(uri),
-            endpoints: Vec::new(),
+            config: BusConfig::default(),
             delay_mode: DelayMode::Auto,
             shutdown_timeout: Duration::from_secs(30),
         }
@@ -54,6 +58,25 @@ impl RabbitMqBusBuilder {
         if let Ok(settings) = self.settings.as_mut() {
             f(settings);
         }
+        self
+    }
+
+    /// Adds a receive endpoint named `name` (its queue and exchange), configured in one place by
+    /// `configure`: prefetch, concurrency, queue options, retry, redelivery, inbox, consumers and
+    /// layers (MassTransit's `cfg.ReceiveEndpoint("name", e => …)`).
+    pub fn receive_endpoint(
+        mut self,
+        name: impl Into<String>,
+        configure: impl FnOnce(EndpointConfig) -> EndpointConfig,
+    ) -> Self {
+        self.config = self.config.receive_endpoint(name, configure);
+        self
+    }
+
+    /// Sets the storage (e.g. `ferrybus_sea_orm::PostgresStorage`): the inbox of endpoints that
+    /// use it, and the outbox delivery, sweeper and cleanup the bus runs while it runs.
+    pub fn storage(mut self, storage: impl Storage) -> Self {
+        self.config = self.config.storage(storage);
         self
     }
 
@@ -84,12 +107,6 @@ impl RabbitMqBusBuilder {
         })
     }
 
-    /// Adds a receive endpoint (an [`EndpointConfig`](ferrybus_core::EndpointConfig) converts).
-    pub fn receive_endpoint(mut self, endpoint: impl Into<ReceiveEndpoint>) -> Self {
-        self.endpoints.push(endpoint.into());
-        self
-    }
-
     /// How delayed redeliveries are sent ([`DelayMode::Auto`] by default).
     pub fn delay_mode(mut self, mode: DelayMode) -> Self {
         self.delay_mode = mode;
@@ -102,27 +119,27 @@ impl RabbitMqBusBuilder {
         self
     }
 
-    /// Connects, declares every endpoint's topology and starts consuming. Returns once every
-    /// endpoint consumes, or the first setup error; fails if the broker cannot be reached within
-    /// the [connect timeout](Self::connect_timeout). To start while the broker may be down, use
+    /// Prepares the storage (migrations when asked), connects, starts the storage's background
+    /// services, declares every endpoint's topology and starts consuming. Returns once every
+    /// endpoint consumes, or the first error; fails if the broker cannot be reached within the
+    /// [connect timeout](Self::connect_timeout). To start while the broker may be down, use
     /// [`start_background`](Self::start_background).
     pub async fn start(self) -> Result<RabbitMqBus> {
         let settings = self.settings?;
-        check_endpoints(&self.endpoints)?;
+        self.config.validate()?;
+        prepare(&self.config).await?;
         let events = Events::new();
         let connector = Connector::start(settings.clone(), events.clone()).await?;
         let bus = RabbitMqBus::assemble(
             &settings,
+            self.config,
             connector,
             events,
             self.shutdown_timeout,
             self.delay_mode,
         );
-        let mut readies = Vec::new();
-        for endpoint in self.endpoints {
-            readies.push(bus.spawn_endpoint(endpoint, true));
-        }
-        for ready in readies.into_iter().flatten() {
+        bus.start_storage();
+        for ready in bus.spawn_endpoints(true) {
             let outcome = ready
                 .await
                 .unwrap_or_else(|_| Err(RabbitMqError::new(ErrorKind::Stopped, "endpoint ended")));
@@ -134,47 +151,48 @@ impl RabbitMqBusBuilder {
         Ok(bus)
     }
 
-    /// Returns the bus at once, without waiting for the broker: only the configuration is
-    /// checked (the URI, the endpoint names). The connection is opened in the background and
-    /// re-tried with the [reconnect back-off](Self::reconnect_backoff) for as long as it takes
-    /// (the first failed attempt is logged at WARN, then one a minute; [`Event::ConnectFailed`]
-    /// for each); [`Event::Connected`] follows once it is open. Every endpoint then declares
-    /// its topology and consumes ([`Event::EndpointReady`]); an endpoint that cannot be declared
-    /// (e.g. `PRECONDITION_FAILED`) reports [`Event::EndpointFailed`] and tries again after a
-    /// back-off instead of failing the start.
+    /// Returns the bus without waiting for the broker: the configuration is checked (the URI,
+    /// the endpoints), the storage is prepared (migrations when asked: the database must be
+    /// reachable) and its background services start. The connection is opened in the
+    /// background and re-tried with the [reconnect back-off](Self::reconnect_backoff) for as
+    /// long as it takes (the first failed attempt is logged at WARN, then one a minute;
+    /// [`Event::ConnectFailed`] for each); [`Event::Connected`] follows once it is open. Every
+    /// endpoint then declares its topology and consumes ([`Event::EndpointReady`]); an endpoint
+    /// that cannot be declared (e.g. `PRECONDITION_FAILED`) reports [`Event::EndpointFailed`]
+    /// and tries again after a back-off instead of failing the start.
     ///
-    /// Until the connection is open, [`publish`](RabbitMqBus::publish),
-    /// [`send`](RabbitMqBus::send), [`deliver`](RabbitMqBus::deliver) and the
-    /// [`sink`](RabbitMqBus::sink) wait for it up to the
-    /// [publish timeout](Self::publish_timeout), then fail with [`ErrorKind::NotConnected`]
-    /// (the message names the last connection error). [`RabbitMqBus::is_connected`] tells
-    /// whether it is open now; [`RabbitMqBus::stop`] works at any time.
+    /// Until the connection is open, a publish or send waits for it up to the
+    /// [publish timeout](Self::publish_timeout), then fails with
+    /// [`PublishErrorKind::NotConnected`](ferrybus_core::PublishErrorKind::NotConnected) (the
+    /// message names the last connection error); the storage's outbox delivery backs off and
+    /// tries again meanwhile. [`RabbitMqBus::is_connected`] tells whether it is open now;
+    /// [`RabbitMqBus::stop`] works at any time.
     ///
     /// Use it for services that must come up while RabbitMQ is down, e.g. an API writing to an
-    /// outbox; use [`start`](Self::start) to fail fast instead. Must be called within a Tokio
-    /// runtime (else an [`ErrorKind::Config`] error).
+    /// outbox; use [`start`](Self::start) to fail fast instead. Polled outside a Tokio runtime it
+    /// fails with [`ErrorKind::Config`].
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// use ferrybus_core::EndpointConfig;
-    /// use ferrybus_rabbitmq::{ErrorKind, Event, RabbitMqBus};
+    /// use ferrybus_core::{Publish, PublishErrorKind};
+    /// use ferrybus_rabbitmq::{Event, RabbitMqBus};
     /// # #[derive(serde::Serialize, serde::Deserialize)]
     /// # struct OrderPlaced { id: u32 }
     /// # impl ferrybus_core::Message for OrderPlaced {
     /// #     fn message_type() -> ferrybus_core::MessageType { ferrybus_core::MessageType::parse("Shop:OrderPlaced").unwrap() }
     /// # }
-    /// # async fn run() -> Result<(), ferrybus_rabbitmq::RabbitMqError> {
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
     /// let bus = RabbitMqBus::builder("amqp://guest:guest@localhost:5672/%2f")
     ///     .connection_name("order-api")
     ///     .publish_timeout(Duration::from_secs(5))
-    ///     .receive_endpoint(EndpointConfig::new("order-audit"))
-    ///     .start_background()?; // returns at once, broker or not
+    ///     .start_background()
+    ///     .await?; // returns at once, broker or not
     ///
     /// match bus.publish(&OrderPlaced { id: 7 }).await {
     ///     Ok(message_id) => println!("published {message_id}"),
     ///     // Still no connection after 5 s: keep the message (e.g. in an outbox) and retry later.
-    ///     Err(e) if e.kind() == ErrorKind::NotConnected => eprintln!("broker down: {e}"),
-    ///     Err(e) => return Err(e),
+    ///     Err(e) if e.kind() == PublishErrorKind::NotConnected => eprintln!("broker down: {e}"),
+    ///     Err(e) => return Err(e.into()),
     /// }
     ///
     /// // Or wait for the connection explicitly.
@@ -187,9 +205,10 @@ impl RabbitMqBusBuilder {
     /// bus.stop().await;
     /// # Ok(()) }
     /// ```
-    pub fn start_background(self) -> Result<RabbitMqBus> {
+    pub async fn start_background(self) -> Result<RabbitMqBus> {
         let settings = self.settings?;
-        check_endpoints(&self.endpoints)?;
+        self.config.validate()?;
+        prepare(&self.config).await?;
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
             RabbitMqError::new(
                 ErrorKind::Config,
@@ -200,30 +219,20 @@ impl RabbitMqBusBuilder {
         let connector = Connector::start_background(settings.clone(), events.clone(), &runtime);
         let bus = RabbitMqBus::assemble(
             &settings,
+            self.config,
             connector,
             events,
             self.shutdown_timeout,
             self.delay_mode,
         );
-        for endpoint in self.endpoints {
-            bus.spawn_endpoint(endpoint, false);
-        }
+        bus.start_storage();
+        bus.spawn_endpoints(false);
         Ok(bus)
     }
 }
 
-fn check_endpoints(endpoints: &[ReceiveEndpoint]) -> Result<()> {
-    let mut seen = std::collections::HashSet::new();
-    for e in endpoints {
-        if e.queue().is_empty() || !seen.insert(e.queue().to_owned()) {
-            return Err(RabbitMqError::new(
-                ErrorKind::Config,
-                format!(
-                    "endpoint queue names must be unique and non-empty: {:?}",
-                    e.queue()
-                ),
-            ));
-        }
-    }
-    Ok(())
+async fn prepare(config: &BusConfig) -> Result<()> {
+    config.prepare_storage().await.map_err(|error| {
+        RabbitMqError::with_source(ErrorKind::Config, "preparing the storage", error)
+    })
 }
