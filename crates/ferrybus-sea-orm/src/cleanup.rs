@@ -6,7 +6,9 @@ use chrono::Utc;
 use sea_orm::{ConnectionTrait, DatabaseConnection, Value};
 use tokio_util::sync::CancellationToken;
 
-use crate::background::{sleep_or_cancel, BackgroundHandle};
+use ferrybus_core::Background;
+
+use crate::background::sleep_or_cancel;
 use crate::config::StorageConfig;
 use crate::error::StoreError;
 use crate::sql::stmt;
@@ -18,16 +20,8 @@ use crate::telemetry::INBOX_CLEANUP_DELETED_TOTAL;
 /// delayed redeliveries, the time a message may sit in an error or dead-letter queue, and any
 /// replay window. A copy arriving after its row was removed is processed again.
 ///
-/// ```
-/// use std::time::Duration;
-/// use ferrybus_sea_orm::{CleanupConfig, StorageConfig};
-/// let config = CleanupConfig::new(StorageConfig::default())
-///     .window(Duration::from_secs(14 * 24 * 3600)) // a 14-day DLQ replay window
-///     .batch_size(500);
-/// assert_eq!(config.duplicate_window(), Duration::from_secs(14 * 24 * 3600));
-/// ```
 #[derive(Clone, Debug)]
-pub struct CleanupConfig {
+pub(crate) struct CleanupConfig {
     storage: StorageConfig,
     window: Duration,
     batch_size: u64,
@@ -36,7 +30,7 @@ pub struct CleanupConfig {
 
 impl CleanupConfig {
     /// Defaults: MassTransit's 30-minute `DuplicateDetectionWindow`, batches of 100, every 10 s.
-    pub fn new(storage: StorageConfig) -> Self {
+    pub(crate) fn new(storage: StorageConfig) -> Self {
         Self {
             storage,
             window: Duration::from_secs(30 * 60),
@@ -45,27 +39,28 @@ impl CleanupConfig {
         }
     }
 
+    /// The same settings on other tables.
+    pub(crate) fn with_storage(mut self, storage: StorageConfig) -> Self {
+        self.storage = storage;
+        self
+    }
+
     /// How long delivered rows are kept (the duplicate-detection window).
-    pub fn window(mut self, window: Duration) -> Self {
+    pub(crate) fn window(mut self, window: Duration) -> Self {
         self.window = window;
         self
     }
 
     /// Rows deleted per statement.
-    pub fn batch_size(mut self, size: u64) -> Self {
+    pub(crate) fn batch_size(mut self, size: u64) -> Self {
         self.batch_size = size.max(1);
         self
     }
 
     /// The pause between runs.
-    pub fn interval(mut self, interval: Duration) -> Self {
+    pub(crate) fn interval(mut self, interval: Duration) -> Self {
         self.interval = interval;
         self
-    }
-
-    /// The duplicate-detection window.
-    pub fn duplicate_window(&self) -> Duration {
-        self.window
     }
 }
 
@@ -74,29 +69,20 @@ impl CleanupConfig {
 /// locked by a delivery are skipped, so one row never blocks the rest; several instances may
 /// run it at once.
 ///
-/// ```no_run
-/// # async fn run(db: sea_orm::DatabaseConnection) -> Result<(), ferrybus_sea_orm::StoreError> {
-/// use ferrybus_sea_orm::{CleanupConfig, InboxCleanup, StorageConfig};
-/// let cleanup = InboxCleanup::new(db, CleanupConfig::new(StorageConfig::default()));
-/// let removed = cleanup.run_once().await?;
-/// let handle = cleanup.spawn(); // every 10 s until stopped
-/// handle.stop().await;
-/// # Ok(()) }
-/// ```
 #[derive(Clone, Debug)]
-pub struct InboxCleanup {
+pub(crate) struct InboxCleanup {
     db: DatabaseConnection,
     config: CleanupConfig,
 }
 
 impl InboxCleanup {
     /// A cleanup over `db`.
-    pub fn new(db: DatabaseConnection, config: CleanupConfig) -> Self {
+    pub(crate) fn new(db: DatabaseConnection, config: CleanupConfig) -> Self {
         Self { db, config }
     }
 
     /// Deletes one batch; returns how many rows were removed.
-    pub async fn delete_batch(&self) -> Result<u64, StoreError> {
+    pub(crate) async fn delete_batch(&self) -> Result<u64, StoreError> {
         let window =
             chrono::Duration::from_std(self.config.window).unwrap_or(chrono::Duration::MAX);
         let before = Utc::now()
@@ -116,7 +102,7 @@ impl InboxCleanup {
     }
 
     /// Deletes batches until one comes back short; returns the total removed.
-    pub async fn run_once(&self) -> Result<u64, StoreError> {
+    pub(crate) async fn run_once(&self) -> Result<u64, StoreError> {
         let mut total = 0;
         loop {
             let removed = self.delete_batch().await?;
@@ -128,7 +114,7 @@ impl InboxCleanup {
     }
 
     /// Runs [`InboxCleanup::run_once`] every interval until stopped.
-    pub fn spawn(self) -> BackgroundHandle {
+    pub(crate) fn spawn(self) -> Background {
         let cancel = CancellationToken::new();
         let token = cancel.clone();
         let task = tokio::spawn(async move {
@@ -147,6 +133,6 @@ impl InboxCleanup {
                 }
             }
         });
-        BackgroundHandle::new(cancel, vec![task])
+        Background::new(cancel, vec![task])
     }
 }

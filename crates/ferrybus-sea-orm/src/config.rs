@@ -107,7 +107,8 @@ impl Tables {
         self
     }
 
-    /// Sets the type of the time columns (see [`StorageConfig::detect`]).
+    /// Sets the type of the time columns; a [`PostgresStorage`](crate::PostgresStorage) reads
+    /// it from the existing tables when the bus starts.
     pub fn timestamps(mut self, timestamps: TimestampType) -> Self {
         self.timestamps = timestamps;
         self
@@ -147,15 +148,8 @@ impl Tables {
 /// Storage settings shared by every component: the [`Tables`] and the `NOTIFY` channel of the
 /// bus outbox. Cheap to clone (the rendered SQL is shared).
 ///
-/// ```
-/// use ferrybus_sea_orm::{StorageConfig, Tables};
-/// let config = StorageConfig::new(Tables::new().schema("messaging"))
-///     .notify_channel("orders_outbox");
-/// assert_eq!(config.tables().schema_name(), "messaging");
-/// assert_eq!(config.channel(), "orders_outbox");
-/// ```
 #[derive(Clone, Debug)]
-pub struct StorageConfig {
+pub(crate) struct StorageConfig {
     tables: Tables,
     channel: String,
     sql: Arc<Sql>,
@@ -183,7 +177,7 @@ impl StorageConfig {
     /// Settings for `tables`, notifying channel `ferrybus_outbox.<schema>.<outbox_state>` (cut
     /// to PostgreSQL's 63-byte identifier limit), so delivery services of different schemas do
     /// not wake each other.
-    pub fn new(tables: Tables) -> Self {
+    pub(crate) fn new(tables: Tables) -> Self {
         let sql = Arc::new(Sql::new(&tables));
         Self {
             channel: default_channel(&tables),
@@ -193,18 +187,13 @@ impl StorageConfig {
     }
 
     /// Sets the `LISTEN`/`NOTIFY` channel the bus outbox signals new rows on.
-    pub fn notify_channel(mut self, channel: impl Into<String>) -> Self {
+    pub(crate) fn notify_channel(mut self, channel: impl Into<String>) -> Self {
         self.channel = channel.into();
         self
     }
 
-    /// The tables.
-    pub fn tables(&self) -> &Tables {
-        &self.tables
-    }
-
     /// The `NOTIFY` channel.
-    pub fn channel(&self) -> &str {
+    pub(crate) fn channel(&self) -> &str {
         &self.channel
     }
 
@@ -215,13 +204,7 @@ impl StorageConfig {
     /// Reads the type of the inbox `Received` column and returns the settings with the matching
     /// [`TimestampType`], for tables a .NET service created with Npgsql's legacy timestamps.
     ///
-    /// ```no_run
-    /// # async fn run(db: sea_orm::DatabaseConnection) -> Result<(), ferrybus_sea_orm::StoreError> {
-    /// use ferrybus_sea_orm::{StorageConfig, Tables};
-    /// let config = StorageConfig::new(Tables::dotnet_default()).detect(&db).await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn detect(self, db: &impl ConnectionTrait) -> Result<Self, StoreError> {
+    pub(crate) async fn detect(self, db: &impl ConnectionTrait) -> Result<Self, StoreError> {
         let column = match self.tables.naming {
             NamingStyle::SnakeCase => "received",
             NamingStyle::PascalCase => "Received",

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use ferrybus_core::{BoxError, ConsumeError, ConsumeErrorKind};
+use ferrybus_core::{BoxError, ConsumeError, ConsumeErrorKind, PublishError, PublishErrorKind};
 use sea_orm::DbErr;
 
 /// What kind of failure a [`StoreError`] is.
@@ -83,7 +83,7 @@ impl StoreError {
         Self::new(StoreErrorKind::Config, reason.into())
     }
 
-    pub(crate) fn send(error: BoxError) -> Self {
+    pub(crate) fn send(error: ferrybus_core::PublishError) -> Self {
         Self::new(StoreErrorKind::Send, error)
     }
 
@@ -137,5 +137,16 @@ impl std::error::Error for StoreError {
 impl From<DbErr> for StoreError {
     fn from(error: DbErr) -> Self {
         Self::database(error)
+    }
+}
+
+/// A failed outbox write as [`Publish`](ferrybus_core::Publish) reports it.
+impl From<StoreError> for PublishError {
+    fn from(error: StoreError) -> Self {
+        let kind = match error.kind {
+            StoreErrorKind::Encode => PublishErrorKind::Serialize,
+            _ => PublishErrorKind::Storage,
+        };
+        PublishError::from_source(kind, error)
     }
 }

@@ -1,6 +1,6 @@
 //! Sending outbox rows through a sink, in sequence order.
 
-use ferrybus_core::{BoxError, SharedSink};
+use ferrybus_core::{PublishError, SharedSink};
 use futures::stream::{FuturesOrdered, StreamExt};
 use futures::FutureExt;
 
@@ -16,7 +16,7 @@ pub(crate) struct SendOutcome {
     /// How many messages were sent.
     pub(crate) sent: usize,
     /// The first failure; rows from it on were not (reliably) sent.
-    pub(crate) error: Option<BoxError>,
+    pub(crate) error: Option<PublishError>,
 }
 
 /// Sends `rows` (sorted by sequence number) through `sink`. In order, awaiting each
@@ -68,7 +68,7 @@ pub(crate) async fn send_in_order(
     outcome
 }
 
-async fn send_row(sink: &SharedSink, row: StoredRow) -> Result<(), BoxError> {
+async fn send_row(sink: &SharedSink, row: StoredRow) -> Result<(), PublishError> {
     match row.message {
         Some(message) => sink.deliver(message).await,
         None => {
@@ -87,7 +87,7 @@ fn record(
     outcome: &mut SendOutcome,
     seq: i64,
     has_message: bool,
-    result: Result<(), BoxError>,
+    result: Result<(), PublishError>,
     source: &'static str,
 ) -> bool {
     match result {

@@ -4,17 +4,15 @@ use std::time::{Duration, Instant};
 
 use sea_orm::ConnectionTrait;
 
-use crate::config::StorageConfig;
 use crate::error::{StoreError, StoreErrorKind};
 use crate::sql::stmt;
+use crate::storage::PostgresStorage;
 
 /// How many bus-outbox rows (states and messages) are waiting.
-pub async fn pending_bus_outbox(
-    db: &impl ConnectionTrait,
-    config: &StorageConfig,
-) -> Result<i64, StoreError> {
-    let row = db
-        .query_one(stmt(&config.sql().pending_bus_outbox, []))
+pub async fn pending_bus_outbox(storage: &PostgresStorage) -> Result<i64, StoreError> {
+    let row = storage
+        .db()
+        .query_one(stmt(&storage.config().sql().pending_bus_outbox, []))
         .await?
         .ok_or_else(|| StoreError::new(StoreErrorKind::Database, "count returned no row"))?;
     Ok(row.try_get("", "pending")?)
@@ -24,20 +22,19 @@ pub async fn pending_bus_outbox(
 /// 20 ms; fails with [`StoreErrorKind::Timeout`] after `timeout`. Replaces sleeps in tests.
 ///
 /// ```no_run
-/// # async fn run(db: sea_orm::DatabaseConnection) -> Result<(), ferrybus_sea_orm::StoreError> {
+/// # async fn run(storage: ferrybus_sea_orm::PostgresStorage) -> Result<(), ferrybus_sea_orm::StoreError> {
 /// use std::time::Duration;
-/// use ferrybus_sea_orm::{testing::wait_until_outbox_drained, StorageConfig};
-/// wait_until_outbox_drained(&db, &StorageConfig::default(), Duration::from_secs(5)).await?;
+/// use ferrybus_sea_orm::testing::wait_until_outbox_drained;
+/// wait_until_outbox_drained(&storage, Duration::from_secs(5)).await?;
 /// # Ok(()) }
 /// ```
 pub async fn wait_until_outbox_drained(
-    db: &impl ConnectionTrait,
-    config: &StorageConfig,
+    storage: &PostgresStorage,
     timeout: Duration,
 ) -> Result<(), StoreError> {
     let deadline = Instant::now() + timeout;
     loop {
-        let pending = pending_bus_outbox(db, config).await?;
+        let pending = pending_bus_outbox(storage).await?;
         if pending == 0 {
             return Ok(());
         }

@@ -1,4 +1,5 @@
-//! Inbox + consumer outbox against a real PostgreSQL, on every table shape.
+//! Inbox + consumer outbox against a real PostgreSQL, on every table shape: endpoints with
+//! `.inbox()` on an in-memory bus whose storage is a `PostgresStorage`.
 
 mod common;
 
@@ -6,15 +7,18 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{wait_settled, InvoiceCreated, OrderPlaced, RecordingSink, Shape, TestDb};
+use async_trait::async_trait;
+use common::{settlements, wait_settled, InvoiceCreated, OrderPlaced, TestDb};
 use ferrybus_core::memory::TestHarness;
 use ferrybus_core::{
-    consumer_fn, ConsumeContext, ConsumeError, ConsumeRequest, EndpointConfig, RetryPolicy,
-    SendOptions,
+    consumer_fn, Background, BoxConsumeLayer, BoxError, ConsumeContext, ConsumeError,
+    ConsumeRequest, EndpointConfig, MessageSink, OutgoingMessage, Publish, PublishError,
+    PublishErrorKind, RetryPolicy, SendOptions, SettlementKind, SharedSink, Storage,
 };
-use ferrybus_sea_orm::{InboxConfig, InboxLayer, TransactionExt};
+use ferrybus_sea_orm::{PostgresStorage, TransactionExt};
+use ferrybus_testing::{Shape, WAIT};
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
-use tower::util::MapRequestLayer;
+use tower::ServiceBuilder;
 use uuid::Uuid;
 
 const QUEUE: &str = "billing-invoice";
@@ -27,42 +31,69 @@ enum Behaviour {
     FailAfterWork,
 }
 
+/// The inbox tests' storage: the schema's tables; no outbox delivery or cleanup running (the
+/// inbox sends a consumer's messages itself, after commit).
+async fn storage(tdb: &TestDb) -> PostgresStorage {
+    tdb.storage()
+        .await
+        .outbox_delivery(false)
+        .inbox_cleanup(false)
+}
+
+/// An in-memory bus with one endpoint `QUEUE`, configured by `configure`, on `storage`.
+async fn harness(
+    storage: impl Storage,
+    configure: impl FnOnce(EndpointConfig) -> EndpointConfig,
+) -> TestHarness {
+    TestHarness::builder()
+        .storage(storage)
+        .timeout(WAIT)
+        .receive_endpoint(QUEUE, configure)
+        .start()
+        .await
+        .expect("the harness starts")
+}
+
 /// The billing consumer of scenario 3: a "charge" (side effect, counted), a slow payment call,
 /// an invoice row and two published events, all inside the inbox transaction.
-fn endpoint(tdb: &TestDb, charges: Arc<AtomicUsize>, behaviour: Behaviour) -> EndpointConfig {
-    let table = format!("\"{}\".invoices", tdb.schema);
-    EndpointConfig::new(QUEUE)
-        .concurrency(4)
-        .retry(RetryPolicy::immediate(2))
-        .layer(InboxLayer::new(
-            tdb.db.clone(),
-            InboxConfig::new(tdb.storage.clone()),
-        ))
-        .consumer(consumer_fn(
-            "InvoiceConsumer",
-            move |ctx: ConsumeContext<OrderPlaced>| {
-                let charges = charges.clone();
-                let table = table.clone();
-                async move {
-                    let order_id = ctx.message().order_id;
-                    charges.fetch_add(1, Ordering::SeqCst);
-                    tokio::time::sleep(Duration::from_millis(30)).await; // the payment gateway
-                    ctx.db()
-                        .execute(Statement::from_sql_and_values(
-                            DbBackend::Postgres,
-                            format!("INSERT INTO {table} (order_id) VALUES ($1)"),
-                            [order_id.into()],
-                        ))
-                        .await?;
-                    ctx.publish(&InvoiceCreated { order_id, seq: 1 }).await?;
-                    ctx.publish(&InvoiceCreated { order_id, seq: 2 }).await?;
-                    match behaviour {
-                        Behaviour::Ok => Ok(()),
-                        Behaviour::FailAfterWork => Err(ConsumeError::permanent("card declined")),
+fn endpoint(
+    tdb: &TestDb,
+    charges: Arc<AtomicUsize>,
+    behaviour: Behaviour,
+) -> impl FnOnce(EndpointConfig) -> EndpointConfig {
+    let table = tdb.invoices_table();
+    move |e| {
+        e.concurrency(4)
+            .retry(RetryPolicy::immediate(2))
+            .inbox()
+            .consumer(consumer_fn(
+                "InvoiceConsumer",
+                move |ctx: ConsumeContext<OrderPlaced>| {
+                    let charges = charges.clone();
+                    let table = table.clone();
+                    async move {
+                        let order_id = ctx.message().order_id;
+                        charges.fetch_add(1, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(30)).await; // the payment gateway
+                        ctx.db()
+                            .execute(Statement::from_sql_and_values(
+                                DbBackend::Postgres,
+                                format!("INSERT INTO {table} (order_id) VALUES ($1)"),
+                                [order_id.into()],
+                            ))
+                            .await?;
+                        ctx.publish(&InvoiceCreated { order_id, seq: 1 }).await?;
+                        ctx.publish(&InvoiceCreated { order_id, seq: 2 }).await?;
+                        match behaviour {
+                            Behaviour::Ok => Ok(()),
+                            Behaviour::FailAfterWork => {
+                                Err(ConsumeError::permanent("card declined"))
+                            }
+                        }
                     }
-                }
-            },
-        ))
+                },
+            ))
+    }
 }
 
 fn sent(harness: &TestHarness, order_id: Uuid) -> Vec<u32> {
@@ -74,15 +105,24 @@ fn sent(harness: &TestHarness, order_id: Uuid) -> Vec<u32> {
         .collect()
 }
 
+fn error_queue(harness: &TestHarness) -> usize {
+    harness.broker().messages(&format!("{QUEUE}_error")).len()
+}
+
 async fn consumes_once_and_acks_duplicates(shape: Shape) {
     let tdb = TestDb::new(shape).await;
     let charges = Arc::new(AtomicUsize::new(0));
-    let harness = TestHarness::start([endpoint(&tdb, charges.clone(), Behaviour::Ok)]);
+    let harness = harness(
+        storage(&tdb).await,
+        endpoint(&tdb, charges.clone(), Behaviour::Ok),
+    )
+    .await;
     let order = OrderPlaced {
         order_id: Uuid::new_v4(),
     };
     let id = harness.publish(&order).await.unwrap();
     wait_settled(&harness, id, 1).await;
+    assert_eq!(settlements(&harness, id), [SettlementKind::Ack]);
     assert_eq!(tdb.invoices().await, 1);
     assert_eq!(tdb.inbox_row(id).await, Some((true, true, 0)));
     assert_eq!(tdb.rows("message").await, 0, "sent rows are deleted");
@@ -92,20 +132,21 @@ async fn consumes_once_and_acks_duplicates(shape: Shape) {
         "published in order after commit"
     );
 
-    // The same message again (a redelivery): acknowledged, consumer not run.
+    // The same message again (a redelivery): acknowledged as a duplicate, consumer not run.
     harness
         .publish_with(&order, SendOptions::new().message_id(id))
         .await
         .unwrap();
     wait_settled(&harness, id, 2).await;
+    assert_eq!(
+        settlements(&harness, id),
+        [SettlementKind::Ack, SettlementKind::Duplicate]
+    );
     assert_eq!(charges.load(Ordering::SeqCst), 1);
     assert_eq!(tdb.invoices().await, 1);
     assert_eq!(sent(&harness, order.order_id).len(), 2);
     assert_eq!(tdb.inbox_row(id).await, Some((true, true, 1)));
-    assert!(harness
-        .broker()
-        .messages(&format!("{QUEUE}_error"))
-        .is_empty());
+    assert_eq!(error_queue(&harness), 0);
     harness.stop().await;
 }
 
@@ -113,7 +154,11 @@ async fn consumes_once_and_acks_duplicates(shape: Shape) {
 async fn concurrent_copies_run_once(shape: Shape) {
     let tdb = TestDb::new(shape).await;
     let charges = Arc::new(AtomicUsize::new(0));
-    let harness = TestHarness::start([endpoint(&tdb, charges.clone(), Behaviour::Ok)]);
+    let harness = harness(
+        storage(&tdb).await,
+        endpoint(&tdb, charges.clone(), Behaviour::Ok),
+    )
+    .await;
     for round in 0..20 {
         let order = OrderPlaced {
             order_id: Uuid::new_v4(),
@@ -126,6 +171,13 @@ async fn concurrent_copies_run_once(shape: Shape) {
                 .unwrap();
         }
         wait_settled(&harness, id, 2).await;
+        let mut kinds = settlements(&harness, id);
+        kinds.sort_by_key(|k| k.as_str());
+        assert_eq!(
+            kinds,
+            [SettlementKind::Ack, SettlementKind::Duplicate],
+            "one copy consumed, the other a duplicate"
+        );
         assert_eq!(
             charges.load(Ordering::SeqCst),
             round + 1,
@@ -138,19 +190,24 @@ async fn concurrent_copies_run_once(shape: Shape) {
         );
     }
     assert_eq!(tdb.invoices().await, 20);
-    assert!(harness
-        .broker()
-        .messages(&format!("{QUEUE}_error"))
-        .is_empty());
+    assert_eq!(error_queue(&harness), 0);
     harness.stop().await;
 }
 
-/// Two instances (pipelines) on one database get the same message at the same moment.
+/// Two instances (buses) on one database get the same message at the same moment.
 async fn two_instances_run_once(shape: Shape) {
     let tdb = TestDb::new(shape).await;
     let charges = Arc::new(AtomicUsize::new(0));
-    let first = TestHarness::start([endpoint(&tdb, charges.clone(), Behaviour::Ok)]);
-    let second = TestHarness::start([endpoint(&tdb, charges.clone(), Behaviour::Ok)]);
+    let first = harness(
+        storage(&tdb).await,
+        endpoint(&tdb, charges.clone(), Behaviour::Ok),
+    )
+    .await;
+    let second = harness(
+        storage(&tdb).await,
+        endpoint(&tdb, charges.clone(), Behaviour::Ok),
+    )
+    .await;
     for round in 0..20 {
         let order = OrderPlaced {
             order_id: Uuid::new_v4(),
@@ -178,20 +235,22 @@ async fn two_instances_run_once(shape: Shape) {
 async fn failure_rolls_back_everything(shape: Shape) {
     let tdb = TestDb::new(shape).await;
     let charges = Arc::new(AtomicUsize::new(0));
-    let harness = TestHarness::start([endpoint(&tdb, charges.clone(), Behaviour::FailAfterWork)]);
+    let harness = harness(
+        storage(&tdb).await,
+        endpoint(&tdb, charges.clone(), Behaviour::FailAfterWork),
+    )
+    .await;
     let order = OrderPlaced {
         order_id: Uuid::new_v4(),
     };
     let id = harness.publish(&order).await.unwrap();
     harness.faulted(id).await.unwrap();
+    assert_eq!(charges.load(Ordering::SeqCst), 1, "permanent: not retried");
     assert_eq!(tdb.invoices().await, 0);
     assert_eq!(tdb.inbox_row(id).await, None);
     assert_eq!(tdb.rows("message").await, 0);
     assert!(sent(&harness, order.order_id).is_empty());
-    assert_eq!(
-        harness.broker().messages(&format!("{QUEUE}_error")).len(),
-        1
-    );
+    assert_eq!(error_queue(&harness), 1);
     harness.stop().await;
 }
 
@@ -199,29 +258,26 @@ async fn failure_rolls_back_everything(shape: Shape) {
 async fn crash_after_commit_recovers(shape: Shape) {
     let tdb = TestDb::new(shape).await;
     let charges = Arc::new(AtomicUsize::new(0));
-    let failures = Arc::new(AtomicUsize::new(1));
-    let flaky = {
-        let failures = failures.clone();
-        MapRequestLayer::new(move |mut request: ConsumeRequest| {
-            let sink = RecordingSinkForward::wrap(request.sink().clone(), failures.clone());
-            request.set_sink(sink);
-            request
-        })
+    let storage = FlakyTransport {
+        storage: storage(&tdb).await,
+        failures: Arc::new(AtomicUsize::new(1)),
     };
-    let endpoint = EndpointConfig::new(QUEUE)
-        .retry(RetryPolicy::immediate(2))
-        .layer(flaky)
-        .layer(InboxLayer::new(
-            tdb.db.clone(),
-            InboxConfig::new(tdb.storage.clone()),
-        ));
-    let endpoint = merge_consumer(endpoint, &tdb, charges.clone());
-    let harness = TestHarness::start([endpoint]);
+    let harness = harness(storage, |e| {
+        e.retry(RetryPolicy::immediate(2))
+            .inbox()
+            .consumer(invoice_consumer(&tdb, charges.clone()))
+    })
+    .await;
     let order = OrderPlaced {
         order_id: Uuid::new_v4(),
     };
     let id = harness.publish(&order).await.unwrap();
     harness.consumed(id).await.unwrap();
+    assert_eq!(
+        settlements(&harness, id),
+        [SettlementKind::Duplicate],
+        "the retry found the message consumed and only sent its messages"
+    );
     assert_eq!(charges.load(Ordering::SeqCst), 1, "the consumer ran once");
     assert_eq!(sent(&harness, order.order_id), [1, 2]);
     assert_eq!(tdb.invoices().await, 1);
@@ -232,13 +288,13 @@ async fn crash_after_commit_recovers(shape: Shape) {
     harness.stop().await;
 }
 
-fn merge_consumer(
-    endpoint: EndpointConfig,
+/// Inserts an invoice and publishes two events.
+fn invoice_consumer(
     tdb: &TestDb,
     charges: Arc<AtomicUsize>,
-) -> EndpointConfig {
-    let table = format!("\"{}\".invoices", tdb.schema);
-    endpoint.consumer(consumer_fn(
+) -> impl ferrybus_core::Consumer<OrderPlaced> {
+    let table = tdb.invoices_table();
+    consumer_fn(
         "InvoiceConsumer",
         move |ctx: ConsumeContext<OrderPlaced>| {
             let charges = charges.clone();
@@ -254,41 +310,65 @@ fn merge_consumer(
                     ))
                     .await?;
                 ctx.publish(&InvoiceCreated { order_id, seq: 1 }).await?;
-                ctx.publish(&InvoiceCreated { order_id, seq: 2 }).await
+                ctx.publish(&InvoiceCreated { order_id, seq: 2 }).await?;
+                Ok::<_, ConsumeError>(())
             }
         },
-    ))
+    )
 }
 
-/// Forwards to the transport but fails the first `failures` sends.
-struct RecordingSinkForward;
-
-impl RecordingSinkForward {
-    fn wrap(
-        inner: ferrybus_core::SharedSink,
-        failures: Arc<AtomicUsize>,
-    ) -> ferrybus_core::SharedSink {
-        Arc::new(Flaky { inner, failures })
-    }
-}
-
-struct Flaky {
-    inner: ferrybus_core::SharedSink,
+/// A `PostgresStorage` whose inbox sees a transport that fails its first `failures` sends: the
+/// inbox layer's requests get a sink that fails, then forwards to the bus's transport.
+struct FlakyTransport {
+    storage: PostgresStorage,
     failures: Arc<AtomicUsize>,
 }
 
-#[async_trait::async_trait]
-impl ferrybus_core::MessageSink for Flaky {
-    async fn deliver(
-        &self,
-        message: ferrybus_core::OutgoingMessage,
-    ) -> Result<(), ferrybus_core::BoxError> {
+#[async_trait]
+impl Storage for FlakyTransport {
+    async fn prepare(&self) -> Result<(), BoxError> {
+        self.storage.prepare().await
+    }
+
+    fn inbox_layer(&self) -> BoxConsumeLayer {
+        let failures = self.failures.clone();
+        let layer = ServiceBuilder::new()
+            .map_request(move |mut request: ConsumeRequest| {
+                let sink: SharedSink = Arc::new(Flaky {
+                    inner: request.sink().clone(),
+                    failures: failures.clone(),
+                });
+                request.set_sink(sink);
+                request
+            })
+            .layer(self.storage.inbox_layer())
+            .into_inner();
+        BoxConsumeLayer::new(layer)
+    }
+
+    fn start(&self, sink: SharedSink) -> Background {
+        self.storage.start(sink)
+    }
+}
+
+/// Forwards to the transport but fails the first `failures` sends.
+struct Flaky {
+    inner: SharedSink,
+    failures: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl MessageSink for Flaky {
+    async fn deliver(&self, message: OutgoingMessage) -> Result<(), PublishError> {
         if self
             .failures
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
             .is_ok()
         {
-            return Err("channel closed before the confirm".into());
+            return Err(PublishError::new(
+                PublishErrorKind::Transport,
+                "channel closed before the confirm",
+            ));
         }
         self.inner.deliver(message).await
     }
@@ -299,7 +379,11 @@ impl ferrybus_core::MessageSink for Flaky {
 async fn business_unique_violation_is_an_error(shape: Shape) {
     let tdb = TestDb::new(shape).await;
     let charges = Arc::new(AtomicUsize::new(0));
-    let harness = TestHarness::start([endpoint(&tdb, charges.clone(), Behaviour::Ok)]);
+    let harness = harness(
+        storage(&tdb).await,
+        endpoint(&tdb, charges.clone(), Behaviour::Ok),
+    )
+    .await;
     let order = OrderPlaced {
         order_id: Uuid::new_v4(),
     };
@@ -318,34 +402,11 @@ async fn business_unique_violation_is_an_error(shape: Shape) {
         4,
         "1 + three attempts of the second message"
     );
-    assert_eq!(
-        harness.broker().messages(&format!("{QUEUE}_error")).len(),
-        1
-    );
+    assert_eq!(error_queue(&harness), 1);
     harness.stop().await;
 }
 
-macro_rules! on_every_shape {
-    ($($test:ident),*) => {$(
-        mod $test {
-            use super::*;
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn snake_case() { super::$test(Shape::Snake).await }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn pascal_case() { super::$test(Shape::Pascal).await }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn bookworm_fixture() { super::$test(Shape::BookwormFixture).await }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn canonical_fixture() { super::$test(Shape::CanonicalFixture).await }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn bookworm_legacy() { super::$test(Shape::BookwormLegacy).await }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn canonical_legacy() { super::$test(Shape::CanonicalLegacy).await }
-        }
-    )*};
-}
-
-on_every_shape!(
+ferrybus_testing::on_every_shape!(
     consumes_once_and_acks_duplicates,
     concurrent_copies_run_once,
     two_instances_run_once,
@@ -357,10 +418,13 @@ on_every_shape!(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dotnet_consumer_id_is_used() {
     let tdb = TestDb::new(Shape::CanonicalFixture).await;
-    let config = InboxConfig::new(tdb.storage.clone())
+    let storage = storage(&tdb)
+        .await
         .dotnet_consumer("InvoiceConsumer", "Billing.Consumers.InvoiceConsumer");
-    let endpoint = EndpointConfig::new(QUEUE).layer(InboxLayer::new(tdb.db.clone(), config));
-    let harness = TestHarness::start([merge_consumer(endpoint, &tdb, Arc::default())]);
+    let harness = harness(storage, |e| {
+        e.inbox().consumer(invoice_consumer(&tdb, Arc::default()))
+    })
+    .await;
     let id = harness
         .publish(&OrderPlaced {
             order_id: Uuid::new_v4(),
@@ -384,5 +448,4 @@ async fn dotnet_consumer_id_is_used() {
         .await;
     assert_eq!(found, 1);
     harness.stop().await;
-    let _ = RecordingSink::default();
 }

@@ -4,8 +4,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Shape, TestDb};
-use ferrybus_sea_orm::{migrate, CleanupConfig, InboxCleanup, Migrator, Tables, TimestampType};
+use common::TestDb;
+use ferrybus_sea_orm::{migrate, Migrator, Tables};
+use ferrybus_testing::Shape;
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
 use uuid::Uuid;
 
@@ -53,10 +54,12 @@ async fn schema_objects(tdb: &TestDb) -> (i64, i64) {
     (indexes, constraints)
 }
 
+/// Four migrations at once on existing tables (four instances starting) add nothing, or only
+/// what .NET left out.
 async fn migrator_is_idempotent(shape: Shape) {
     let tdb = TestDb::new(shape).await;
     let before = schema_objects(&tdb).await;
-    let tables = tdb.storage.tables().clone();
+    let tables = tdb.tables();
     let runs = (0..4).map(|_| {
         let db = tdb.db.clone();
         let tables = tables.clone();
@@ -73,28 +76,6 @@ async fn migrator_is_idempotent(shape: Shape) {
         }
         _ => assert_eq!(after, before, "nothing added to complete tables"),
     }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn migrator_is_idempotent_snake() {
-    migrator_is_idempotent(Shape::Snake).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn migrator_is_idempotent_pascal() {
-    migrator_is_idempotent(Shape::Pascal).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn migrator_leaves_dotnet_tables_alone() {
-    migrator_is_idempotent(Shape::BookwormFixture).await;
-    migrator_is_idempotent(Shape::CanonicalFixture).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn migrator_adds_missing_foreign_keys() {
-    migrator_is_idempotent(Shape::BookwormLegacy).await;
-    migrator_is_idempotent(Shape::CanonicalLegacy).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -125,12 +106,6 @@ async fn inbox_row(tdb: &TestDb, delivered_ago: Option<Duration>) -> Uuid {
     let c = |n: &str| tdb.c(n);
     let message_id = Uuid::new_v4();
     let at = |d: Duration| chrono::Utc::now() - chrono::Duration::from_std(d).unwrap();
-    let value = |t: Option<chrono::DateTime<chrono::Utc>>| -> sea_orm::Value {
-        match tdb.storage.tables().timestamp_type() {
-            TimestampType::WithTimeZone => t.into(),
-            TimestampType::WithoutTimeZone => t.map(|t| t.naive_utc()).into(),
-        }
-    };
     let sql = format!(
         "INSERT INTO {} ({}, {}, {}, {}, {}, {}, {}) VALUES ($1, $2, $3, $4, 0, $5, $5)",
         tdb.t("inbox"),
@@ -146,8 +121,8 @@ async fn inbox_row(tdb: &TestDb, delivered_ago: Option<Duration>) -> Uuid {
         message_id.into(),
         Uuid::nil().into(),
         Uuid::new_v4().into(),
-        value(Some(at(Duration::from_secs(7200)))),
-        value(delivered_ago.map(at)),
+        tdb.ts(Some(at(Duration::from_secs(7200)))),
+        tdb.ts(delivered_ago.map(at)),
     ];
     tdb.db
         .execute(Statement::from_sql_and_values(
@@ -189,14 +164,13 @@ async fn cleanup_removes_exactly_expired_rows(shape: Shape) {
     reference(&tdb, referenced).await;
     let recent = inbox_row(&tdb, Some(Duration::from_secs(60))).await;
     let undelivered = inbox_row(&tdb, None).await;
-    let cleanup = InboxCleanup::new(
-        tdb.db.clone(),
-        CleanupConfig::new(tdb.storage.clone())
-            .window(Duration::from_secs(1800))
-            .batch_size(3),
-    );
+    let cleanup = tdb
+        .storage()
+        .await
+        .duplicate_window(Duration::from_secs(1800))
+        .cleanup_batch_size(3);
     // Two cleanups at once (two instances): neither fails, each row removed once.
-    let (a, b) = tokio::join!(cleanup.run_once(), cleanup.run_once());
+    let (a, b) = tokio::join!(cleanup.cleanup_once(), cleanup.cleanup_once());
     assert_eq!(a.unwrap() + b.unwrap(), 7);
     for id in expired {
         assert_eq!(tdb.inbox_row(id).await, None);
@@ -207,30 +181,7 @@ async fn cleanup_removes_exactly_expired_rows(shape: Shape) {
     );
     assert!(tdb.inbox_row(recent).await.is_some());
     assert!(tdb.inbox_row(undelivered).await.is_some());
-    assert_eq!(cleanup.run_once().await.unwrap(), 0);
+    assert_eq!(cleanup.cleanup_once().await.unwrap(), 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn cleanup_snake() {
-    cleanup_removes_exactly_expired_rows(Shape::Snake).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn cleanup_bookworm_fixture() {
-    cleanup_removes_exactly_expired_rows(Shape::BookwormFixture).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn cleanup_canonical_fixture() {
-    cleanup_removes_exactly_expired_rows(Shape::CanonicalFixture).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn cleanup_canonical_legacy() {
-    cleanup_removes_exactly_expired_rows(Shape::CanonicalLegacy).await
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn cleanup_bookworm_legacy() {
-    cleanup_removes_exactly_expired_rows(Shape::BookwormLegacy).await
-}
+ferrybus_testing::on_every_shape!(migrator_is_idempotent, cleanup_removes_exactly_expired_rows);

@@ -1,65 +1,90 @@
-//! Bus outbox, delivery service and sweeper against a real PostgreSQL.
+//! Bus outbox, outbox delivery and sweeper against a real PostgreSQL, on every table shape:
+//! `PostgresStorage::start` (the background services a bus runs), `deliver_once` and
+//! `sweep_once` with a recording sink in place of the broker.
 
 mod common;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{eventually, InvoiceCreated, OrderPlaced, RecordingSink, Shape, TestDb};
-use ferrybus_core::{Envelope, HostAddress, MessageFactory, SharedSink};
+use async_trait::async_trait;
+use common::{InvoiceCreated, OrderPlaced, RecordingSink, TestDb};
+use ferrybus_core::{
+    Envelope, HostAddress, MessageSink, OutgoingMessage, Publish, PublishError, PublishErrorKind,
+    SendOptions, Storage,
+};
 use ferrybus_sea_orm::testing::{pending_bus_outbox, wait_until_outbox_drained};
-use ferrybus_sea_orm::{BusOutbox, DeliveryConfig, OutboxDeliveryService};
+use ferrybus_sea_orm::{BusOutbox, PostgresStorage};
+use ferrybus_testing::{eventually, Shape, WAIT};
 use sea_orm::{ConnectionTrait, DbBackend, Statement, TransactionTrait};
 use uuid::Uuid;
 
-fn outbox(tdb: &TestDb) -> BusOutbox {
-    let factory = MessageFactory::new(HostAddress::new("rabbitmq", "localhost", None, "/"));
-    BusOutbox::new(factory, tdb.storage.clone())
+fn outbox(storage: &PostgresStorage) -> BusOutbox {
+    BusOutbox::new(
+        storage,
+        HostAddress::new("rabbitmq", "localhost", None, "/"),
+    )
 }
 
-fn service(tdb: &TestDb, sink: &RecordingSink, poll: Duration) -> OutboxDeliveryService {
-    let config = DeliveryConfig::new(tdb.storage.clone())
+/// The schema's storage with a delivery service that polls every `poll`, two workers, a short
+/// back-off and no sweeper.
+async fn storage(tdb: &TestDb, poll: Duration) -> PostgresStorage {
+    tdb.storage()
+        .await
         .poll_interval(poll)
-        .workers(2)
-        .retry_backoff(Duration::from_millis(50), Duration::from_millis(400))
-        .sweep_after(None);
-    let sink: SharedSink = Arc::new(sink.clone());
-    OutboxDeliveryService::new(tdb.db.clone(), sink, config)
+        .delivery_workers(2)
+        .delivery_backoff(Duration::from_millis(50), Duration::from_millis(400))
+        .sweep_after(None)
+        .inbox_cleanup(false)
 }
 
-/// Rows reach the sink only after commit, quickly (NOTIFY; the poll interval is 60 s), in order.
+/// Waits until the delivery service's listener has run `LISTEN` on this schema's channel.
+async fn wait_listening(tdb: &TestDb) {
+    let sql = "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle' \
+               AND query ILIKE 'LISTEN%' AND strpos(query, $1) > 0";
+    eventually("the outbox listener to LISTEN", WAIT, || async {
+        (tdb.count(sql, vec![tdb.schema.clone().into()]).await > 0).then_some(())
+    })
+    .await;
+}
+
+/// Rows reach the sink only after commit, woken by NOTIFY (the poll interval is an hour), in
+/// order.
 async fn delivered_after_commit_through_notify(shape: Shape) {
     let tdb = TestDb::new(shape).await;
     let sink = RecordingSink::default();
-    let handle = service(&tdb, &sink, Duration::from_secs(60)).spawn();
-    tokio::time::sleep(Duration::from_millis(200)).await; // let the listener start
-    let outbox = outbox(&tdb);
+    let storage = storage(&tdb, Duration::from_secs(3600)).await;
+    let background = storage.start(Arc::new(sink.clone()));
+    wait_listening(&tdb).await;
+    let outbox = outbox(&storage);
     let order_id = Uuid::new_v4();
     let txn = tdb.db.begin().await.unwrap();
     let mut ids = Vec::new();
     for seq in 1..=5 {
         ids.push(
             outbox
-                .publish(&txn, &InvoiceCreated { order_id, seq })
+                .on(&txn)
+                .publish(&InvoiceCreated { order_id, seq })
                 .await
                 .unwrap(),
         );
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // A delivery pass while the transaction is open finds nothing.
+    let other = RecordingSink::default();
+    assert_eq!(
+        storage.deliver_once(Arc::new(other.clone())).await.unwrap(),
+        0
+    );
+    assert_eq!(other.attempts(), 0);
     assert!(sink.messages().is_empty(), "nothing leaves before commit");
     assert_eq!(tdb.rows("state").await, 0, "uncommitted rows are invisible");
-    let committed = Instant::now();
     txn.commit().await.unwrap();
-    eventually("delivery", Duration::from_secs(5), || async {
-        sink.messages().len() == 5
+    eventually("delivery after the NOTIFY", WAIT, || async {
+        (sink.messages().len() == 5).then_some(())
     })
     .await;
-    assert!(
-        committed.elapsed() < Duration::from_secs(2),
-        "woken by NOTIFY, not the 60 s poll"
-    );
-    let delivered: Vec<Uuid> = sink.messages().iter().map(|m| m.message_id).collect();
-    assert_eq!(delivered, ids, "one outbox, delivered in order");
+    assert_eq!(sink.ids(), ids, "one outbox, delivered in order");
     let first = &sink.messages()[0];
     assert_eq!(
         first.destination_address,
@@ -68,116 +93,161 @@ async fn delivered_after_commit_through_notify(shape: Shape) {
     assert_eq!(first.publish_bindings, ["Billing.Contracts:IBillingEvent"]);
     let envelope = Envelope::from_slice(&first.body).unwrap();
     assert_eq!(envelope.message["seq"], 1);
-    wait_until_outbox_drained(&tdb.db, &tdb.storage, Duration::from_secs(5))
-        .await
-        .unwrap();
-    handle.stop().await;
+    wait_until_outbox_drained(&storage, WAIT).await.unwrap();
+    background.stop().await;
 }
 
 /// A rolled-back transaction sends nothing, ever.
 async fn rollback_sends_nothing(shape: Shape) {
     let tdb = TestDb::new(shape).await;
     let sink = RecordingSink::default();
-    let handle = service(&tdb, &sink, Duration::from_millis(50)).spawn();
+    let storage = storage(&tdb, Duration::from_millis(50)).await;
+    let background = storage.start(Arc::new(sink.clone()));
+    let outbox = outbox(&storage);
     let txn = tdb.db.begin().await.unwrap();
-    outbox(&tdb)
-        .publish(
-            &txn,
-            &OrderPlaced {
-                order_id: Uuid::new_v4(),
-            },
-        )
+    outbox
+        .on(&txn)
+        .publish(&OrderPlaced {
+            order_id: Uuid::new_v4(),
+        })
         .await
         .unwrap();
     txn.rollback().await.unwrap();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(sink.messages().is_empty());
-    assert_eq!(sink.attempts(), 0);
-    assert_eq!(pending_bus_outbox(&tdb.db, &tdb.storage).await.unwrap(), 0);
-    handle.stop().await;
+    // A message committed after the rollback: once it is out, the service has looked since.
+    let txn = tdb.db.begin().await.unwrap();
+    let marker = outbox
+        .on(&txn)
+        .publish(&OrderPlaced {
+            order_id: Uuid::new_v4(),
+        })
+        .await
+        .unwrap();
+    txn.commit().await.unwrap();
+    wait_until_outbox_drained(&storage, WAIT).await.unwrap();
+    assert_eq!(sink.ids(), [marker], "only the committed message went out");
+    assert_eq!(sink.attempts(), 1);
+    assert_eq!(pending_bus_outbox(&storage).await.unwrap(), 0);
+    assert_eq!(
+        storage
+            .deliver_once(Arc::new(RecordingSink::default()))
+            .await
+            .unwrap(),
+        0
+    );
+    background.stop().await;
 }
 
-/// A failing sink: rows stay, attempts back off (no spinning), and go out on recovery.
+/// A failing sink: rows stay, each outbox is tried again only after its back-off (doubling), its
+/// later messages wait behind its first, and everything goes out in order on recovery.
 async fn failing_sink_backs_off_then_delivers(shape: Shape) {
     let tdb = TestDb::new(shape).await;
     let sink = RecordingSink::default();
     sink.set_failing(true);
-    let outbox = outbox(&tdb);
+    let storage = tdb
+        .storage()
+        .await
+        .poll_interval(Duration::from_millis(20))
+        // One worker: with several, one may claim an outbox another has just failed on (its
+        // claim excluded the backed-off outboxes it knew of when it began) and retry at once.
+        .delivery_workers(1)
+        .delivery_backoff(Duration::from_millis(100), Duration::from_secs(1))
+        .sweep_after(None)
+        .inbox_cleanup(false);
+    let outbox = outbox(&storage);
+    let mut outboxes = Vec::new();
     for _ in 0..3 {
         let txn = tdb.db.begin().await.unwrap();
-        outbox
-            .publish(
-                &txn,
-                &OrderPlaced {
-                    order_id: Uuid::new_v4(),
-                },
-            )
-            .await
-            .unwrap();
-        outbox
-            .publish(
-                &txn,
-                &OrderPlaced {
-                    order_id: Uuid::new_v4(),
-                },
-            )
-            .await
-            .unwrap();
+        let mut ids = Vec::new();
+        for _ in 0..2 {
+            let order = OrderPlaced {
+                order_id: Uuid::new_v4(),
+            };
+            ids.push(outbox.on(&txn).publish(&order).await.unwrap());
+        }
         txn.commit().await.unwrap();
+        outboxes.push(ids);
     }
-    let handle = service(&tdb, &sink, Duration::from_millis(20)).spawn();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let attempts = sink.attempts();
-    // Per outbox: first message only, at 0, 50, 100, 200, 400, 400… ms → at most ~7 in 1.5 s.
-    assert!(attempts >= 3, "every outbox was tried ({attempts})");
+    let background = storage.start(Arc::new(sink.clone()));
+    eventually("four tries of every outbox", WAIT, || async {
+        outboxes
+            .iter()
+            .all(|ids| sink.tries_of(ids[0]).len() >= 4)
+            .then_some(())
+    })
+    .await;
+    for ids in &outboxes {
+        let tries = sink.tries_of(ids[0]);
+        for (n, (pair, backoff)) in tries.windows(2).zip([100, 200, 400]).enumerate() {
+            let gap = pair[1] - pair[0];
+            assert!(
+                gap >= Duration::from_millis(backoff),
+                "retry {} of {} after {gap:?}, before its {backoff} ms back-off",
+                n + 1,
+                ids[0]
+            );
+        }
+    }
+    let heads: Vec<Uuid> = outboxes.iter().map(|ids| ids[0]).collect();
     assert!(
-        attempts <= 3 * 8,
-        "backed off instead of spinning ({attempts} attempts)"
+        sink.tried_ids().iter().all(|id| heads.contains(id)),
+        "an outbox's second message waits behind its first"
     );
+    assert!(sink.messages().is_empty());
     assert_eq!(tdb.rows("message").await, 6, "nothing lost");
     sink.set_failing(false);
-    wait_until_outbox_drained(&tdb.db, &tdb.storage, Duration::from_secs(5))
-        .await
-        .unwrap();
-    assert_eq!(sink.messages().len(), 6);
-    handle.stop().await;
+    wait_until_outbox_drained(&storage, WAIT).await.unwrap();
+    let delivered = sink.ids();
+    assert_eq!(delivered.len(), 6);
+    for ids in &outboxes {
+        let first = delivered.iter().position(|d| *d == ids[0]).unwrap();
+        let second = delivered.iter().position(|d| *d == ids[1]).unwrap();
+        assert!(first < second, "each outbox in order: {delivered:?}");
+    }
+    background.stop().await;
 }
 
 /// A send failure in the middle of an outbox keeps the sent part sent and the order intact.
 async fn partial_failure_resumes_in_order(shape: Shape) {
     let tdb = TestDb::new(shape).await;
     let sink = RecordingSink::default();
-    let outbox = outbox(&tdb);
+    let storage = storage(&tdb, Duration::from_millis(20)).await;
+    let outbox = outbox(&storage);
     let txn = tdb.db.begin().await.unwrap();
     let order_id = Uuid::new_v4();
     let mut ids = Vec::new();
     for seq in 1..=4 {
         ids.push(
             outbox
-                .publish(&txn, &InvoiceCreated { order_id, seq })
+                .on(&txn)
+                .publish(&InvoiceCreated { order_id, seq })
                 .await
                 .unwrap(),
         );
     }
     txn.commit().await.unwrap();
-    let service = service(&tdb, &sink, Duration::from_millis(20));
-    sink.fail_next.store(0, std::sync::atomic::Ordering::SeqCst);
-    // Fail the third send: make the sink fail after two deliveries.
+    // The third send fails: the sink fails after two deliveries.
     let failing_after_two = FailAfter::new(sink.clone(), 2);
-    let config = DeliveryConfig::new(tdb.storage.clone()).sweep_after(None);
-    let partial = OutboxDeliveryService::new(tdb.db.clone(), Arc::new(failing_after_two), config);
-    assert_eq!(partial.deliver_once().await.unwrap(), 2);
+    assert_eq!(
+        storage
+            .deliver_once(Arc::new(failing_after_two))
+            .await
+            .unwrap(),
+        2
+    );
     assert_eq!(tdb.rows("message").await, 2, "sent rows deleted");
     assert_eq!(tdb.rows("state").await, 1, "outbox kept with its progress");
-    assert_eq!(service.deliver_once().await.unwrap(), 2);
-    let delivered: Vec<Uuid> = sink.messages().iter().map(|m| m.message_id).collect();
-    assert_eq!(delivered, ids);
-    assert_eq!(pending_bus_outbox(&tdb.db, &tdb.storage).await.unwrap(), 0);
+    assert_eq!(
+        storage.deliver_once(Arc::new(sink.clone())).await.unwrap(),
+        2
+    );
+    assert_eq!(sink.ids(), ids);
+    assert_eq!(pending_bus_outbox(&storage).await.unwrap(), 0);
 }
 
+/// Delivers through `sink` `successes` times, then nacks.
 struct FailAfter {
     sink: RecordingSink,
-    remaining: std::sync::atomic::AtomicUsize,
+    remaining: AtomicUsize,
 }
 
 impl FailAfter {
@@ -189,21 +259,17 @@ impl FailAfter {
     }
 }
 
-#[async_trait::async_trait]
-impl ferrybus_core::MessageSink for FailAfter {
-    async fn deliver(
-        &self,
-        message: ferrybus_core::OutgoingMessage,
-    ) -> Result<(), ferrybus_core::BoxError> {
-        use std::sync::atomic::Ordering;
+#[async_trait]
+impl MessageSink for FailAfter {
+    async fn deliver(&self, message: OutgoingMessage) -> Result<(), PublishError> {
         if self
             .remaining
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
             .is_err()
         {
-            return Err("nack".into());
+            return Err(PublishError::new(PublishErrorKind::Rejected, "nack"));
         }
-        ferrybus_core::MessageSink::deliver(&self.sink, message).await
+        self.sink.deliver(message).await
     }
 }
 
@@ -211,17 +277,12 @@ impl ferrybus_core::MessageSink for FailAfter {
 /// producer) are delivered too.
 async fn delivers_dotnet_rows(shape: Shape) {
     let tdb = TestDb::new(shape).await;
+    let storage = storage(&tdb, Duration::from_secs(1)).await;
     let body = include_str!("../../../fixtures/envelopes/04-v8.0.7-stj-publish-rabbitmq.json");
     let outbox_id = Uuid::new_v4();
     let message_id = Uuid::parse_str("7c740000-a5be-c025-8e9a-08dabc788911").unwrap();
     let c = |n: &str| tdb.c(n);
-    let now = chrono::Utc::now();
-    let ts = |v: chrono::DateTime<chrono::Utc>| -> sea_orm::Value {
-        match tdb.storage.tables().timestamp_type() {
-            ferrybus_sea_orm::TimestampType::WithTimeZone => v.into(),
-            ferrybus_sea_orm::TimestampType::WithoutTimeZone => v.naive_utc().into(),
-        }
-    };
+    let now = Some(chrono::Utc::now());
     let insert_state = format!(
         "INSERT INTO {} ({}, {}, {}) VALUES ($1, '00000000-0000-0000-0000-000000000000', $2)",
         tdb.t("state"),
@@ -233,7 +294,7 @@ async fn delivers_dotnet_rows(shape: Shape) {
         .execute(Statement::from_sql_and_values(
             DbBackend::Postgres,
             insert_state,
-            [outbox_id.into(), ts(now)],
+            [outbox_id.into(), tdb.ts(now)],
         ))
         .await
         .unwrap();
@@ -244,7 +305,7 @@ async fn delivers_dotnet_rows(shape: Shape) {
     );
     let values = [
         outbox_id.into(),
-        ts(now),
+        tdb.ts(now),
         "{\n  \"MT-Activity-Id\": \"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\",\n  \"Tenant\": \"acme\"\n}".into(),
         "{\n  \"RMQ-Exchange\": \"TrainingContract:OrderPlacedEvent\"\n}".into(),
         message_id.into(),
@@ -264,10 +325,7 @@ async fn delivers_dotnet_rows(shape: Shape) {
         .unwrap();
     let sink = RecordingSink::default();
     assert_eq!(
-        service(&tdb, &sink, Duration::from_secs(1))
-            .deliver_once()
-            .await
-            .unwrap(),
+        storage.deliver_once(Arc::new(sink.clone())).await.unwrap(),
         1
     );
     let sent = sink.messages();
@@ -279,18 +337,19 @@ async fn delivers_dotnet_rows(shape: Shape) {
     );
     assert_eq!(sent[0].headers.get_str("tenant"), Some("acme"));
     assert_eq!(&*sent[0].body, body.as_bytes());
-    assert_eq!(pending_bus_outbox(&tdb.db, &tdb.storage).await.unwrap(), 0);
+    assert_eq!(pending_bus_outbox(&storage).await.unwrap(), 0);
 }
 
 /// Our rows have .NET's column formats: Properties with RMQ-Exchange, Headers object or NULL,
 /// URNs joined with ';', a v8 envelope body, LockId all-zero, inbox ids NULL.
 async fn rows_are_valid_for_dotnet(shape: Shape) {
     let tdb = TestDb::new(shape).await;
+    let storage = tdb.storage().await;
     let txn = tdb.db.begin().await.unwrap();
-    let options = ferrybus_core::SendOptions::new().header("Tenant", "acme");
-    let id = outbox(&tdb)
+    let options = SendOptions::new().header("Tenant", "acme");
+    let id = outbox(&storage)
+        .on(&txn)
         .publish_with(
-            &txn,
             &InvoiceCreated {
                 order_id: Uuid::nil(),
                 seq: 1,
@@ -340,13 +399,10 @@ async fn rows_are_valid_for_dotnet(shape: Shape) {
 /// The sweeper delivers consumer-outbox rows whose inbound message went to the error queue.
 async fn sweeper_delivers_stranded_rows(shape: Shape) {
     let tdb = TestDb::new(shape).await;
+    let storage = storage(&tdb, Duration::from_secs(1)).await;
     let (message_id, consumer_id) = (Uuid::new_v4(), Uuid::new_v4());
     let c = |n: &str| tdb.c(n);
-    let old = chrono::Utc::now() - chrono::Duration::minutes(10);
-    let ts: sea_orm::Value = match tdb.storage.tables().timestamp_type() {
-        ferrybus_sea_orm::TimestampType::WithTimeZone => old.into(),
-        ferrybus_sea_orm::TimestampType::WithoutTimeZone => old.naive_utc().into(),
-    };
+    let old = Some(chrono::Utc::now() - chrono::Duration::minutes(10));
     let insert_inbox = format!(
         "INSERT INTO {} ({}, {}, {}, {}, {}, {}) VALUES ($1, $2, $3, $4, 0, $4)",
         tdb.t("inbox"),
@@ -361,7 +417,7 @@ async fn sweeper_delivers_stranded_rows(shape: Shape) {
         message_id.into(),
         consumer_id.into(),
         Uuid::new_v4().into(),
-        ts,
+        tdb.ts(old),
     ];
     tdb.db
         .execute(Statement::from_sql_and_values(
@@ -395,18 +451,18 @@ async fn sweeper_delivers_stranded_rows(shape: Shape) {
             .unwrap();
     }
     let sink = RecordingSink::default();
-    let service = service(&tdb, &sink, Duration::from_secs(1));
     assert_eq!(
-        service
-            .sweep_once(Some(Duration::from_secs(3600)))
+        storage
+            .sweep_once(Arc::new(sink.clone()), Duration::from_secs(3600))
             .await
             .unwrap(),
         0,
         "too young"
     );
+    assert_eq!(sink.attempts(), 0);
     assert_eq!(
-        service
-            .sweep_once(Some(Duration::from_secs(60)))
+        storage
+            .sweep_once(Arc::new(sink.clone()), Duration::from_secs(60))
             .await
             .unwrap(),
         1
@@ -416,37 +472,25 @@ async fn sweeper_delivers_stranded_rows(shape: Shape) {
         .iter()
         .map(|m| String::from_utf8(m.body.to_vec()).unwrap())
         .collect();
+    assert_eq!(bodies.len(), 2);
     assert!(bodies[0].contains("\"seq\": 1") && bodies[1].contains("\"seq\": 2"));
     assert_eq!(tdb.rows("message").await, 0);
     assert_eq!(tdb.inbox_row(message_id).await, Some((true, true, 0)));
 }
 
-macro_rules! on_shapes {
-    ($($test:ident),*) => {$(
-        mod $test {
-            use super::*;
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn snake_case() { super::$test(Shape::Snake).await }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn pascal_case() { super::$test(Shape::Pascal).await }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn bookworm_fixture() { super::$test(Shape::BookwormFixture).await }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn canonical_fixture() { super::$test(Shape::CanonicalFixture).await }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn canonical_legacy() { super::$test(Shape::CanonicalLegacy).await }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            async fn bookworm_legacy() { super::$test(Shape::BookwormLegacy).await }
-        }
-    )*};
-}
-
 /// Opt-in pipelining keeps the order within an outbox, across several outboxes at once.
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn pipelined_delivery_keeps_each_outbox_in_order() {
     let tdb = TestDb::new(Shape::Snake).await;
     let sink = RecordingSink::default();
-    let outbox = outbox(&tdb);
+    let storage = tdb
+        .storage()
+        .await
+        .poll_interval(Duration::from_millis(50))
+        .pipelined_sends(true)
+        .sweep_after(None)
+        .inbox_cleanup(false);
+    let outbox = outbox(&storage);
     let mut expected = Vec::new();
     for _ in 0..4 {
         let txn = tdb.db.begin().await.unwrap();
@@ -455,7 +499,8 @@ async fn pipelined_delivery_keeps_each_outbox_in_order() {
         for seq in 1..=10 {
             ids.push(
                 outbox
-                    .publish(&txn, &InvoiceCreated { order_id, seq })
+                    .on(&txn)
+                    .publish(&InvoiceCreated { order_id, seq })
                     .await
                     .unwrap(),
             );
@@ -463,16 +508,10 @@ async fn pipelined_delivery_keeps_each_outbox_in_order() {
         txn.commit().await.unwrap();
         expected.push(ids);
     }
-    let config = DeliveryConfig::new(tdb.storage.clone())
-        .poll_interval(Duration::from_millis(50))
-        .pipelined(true);
-    let sink_arc: SharedSink = Arc::new(sink.clone());
-    let handle = OutboxDeliveryService::new(tdb.db.clone(), sink_arc, config).spawn();
-    wait_until_outbox_drained(&tdb.db, &tdb.storage, Duration::from_secs(10))
-        .await
-        .unwrap();
-    handle.stop().await;
-    let delivered: Vec<Uuid> = sink.messages().iter().map(|m| m.message_id).collect();
+    let background = storage.start(Arc::new(sink.clone()));
+    wait_until_outbox_drained(&storage, WAIT).await.unwrap();
+    background.stop().await;
+    let delivered = sink.ids();
     assert_eq!(delivered.len(), 40);
     for ids in expected {
         let positions: Vec<usize> = ids
@@ -483,7 +522,7 @@ async fn pipelined_delivery_keeps_each_outbox_in_order() {
     }
 }
 
-on_shapes!(
+ferrybus_testing::on_every_shape!(
     delivered_after_commit_through_notify,
     rollback_sends_nothing,
     failing_sink_backs_off_then_delivers,

@@ -12,7 +12,9 @@ use sea_orm::DatabaseConnection;
 use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
-use crate::background::{sleep_or_cancel, BackgroundHandle};
+use ferrybus_core::Background;
+
+use crate::background::sleep_or_cancel;
 use crate::config::StorageConfig;
 use crate::error::StoreError;
 use crate::sql::Begin;
@@ -22,18 +24,8 @@ use backoff::Backoff;
 
 /// Settings of the [`OutboxDeliveryService`].
 ///
-/// ```
-/// use std::time::Duration;
-/// use ferrybus_sea_orm::{DeliveryConfig, StorageConfig};
-/// let config = DeliveryConfig::new(StorageConfig::default())
-///     .poll_interval(Duration::from_millis(500))
-///     .workers(2)
-///     .retry_backoff(Duration::from_millis(100), Duration::from_secs(30))
-///     .sweep_after(Some(Duration::from_secs(600)));
-/// assert_eq!(config.worker_count(), 2);
-/// ```
 #[derive(Clone, Debug)]
-pub struct DeliveryConfig {
+pub(crate) struct DeliveryConfig {
     pub(crate) storage: StorageConfig,
     pub(crate) poll_interval: Duration,
     pub(crate) workers: usize,
@@ -52,7 +44,7 @@ impl DeliveryConfig {
     /// messages per outbox and pass, pipelined sends (see [`DeliveryConfig::pipelined`]),
     /// back-off 1 s doubling to 60 s, and a sweeper for consumer-outbox rows stranded for 5
     /// minutes (checked every 30 s).
-    pub fn new(storage: StorageConfig) -> Self {
+    pub(crate) fn new(storage: StorageConfig) -> Self {
         Self {
             storage,
             poll_interval: Duration::from_secs(1),
@@ -68,8 +60,14 @@ impl DeliveryConfig {
         }
     }
 
+    /// The same settings on other tables.
+    pub(crate) fn with_storage(mut self, storage: StorageConfig) -> Self {
+        self.storage = storage;
+        self
+    }
+
     /// How often to look for rows when no notification arrives.
-    pub fn poll_interval(mut self, interval: Duration) -> Self {
+    pub(crate) fn poll_interval(mut self, interval: Duration) -> Self {
         self.poll_interval = interval;
         self
     }
@@ -77,7 +75,7 @@ impl DeliveryConfig {
     /// How many workers claim outboxes concurrently (each uses one connection while sending).
     /// Only the first waits for `NOTIFY`; it wakes another worker whenever it claims a full
     /// batch (and that one the next), so a burst brings in every worker and a trickle just one.
-    pub fn workers(mut self, workers: usize) -> Self {
+    pub(crate) fn workers(mut self, workers: usize) -> Self {
         self.workers = workers.max(1);
         self
     }
@@ -86,13 +84,13 @@ impl DeliveryConfig {
     /// concurrently, so a larger claim amortises the pass's fixed SQL (begin, claim, load,
     /// delete, commit) over more messages; the rows of a claim stay locked until its pass
     /// commits.
-    pub fn outboxes_per_claim(mut self, count: u64) -> Self {
+    pub(crate) fn outboxes_per_claim(mut self, count: u64) -> Self {
         self.outboxes_per_claim = count.max(1);
         self
     }
 
     /// How many messages of one outbox are sent per pass.
-    pub fn messages_per_outbox(mut self, count: u64) -> Self {
+    pub(crate) fn messages_per_outbox(mut self, count: u64) -> Self {
         self.messages_per_outbox = count.max(1);
         self
     }
@@ -104,13 +102,13 @@ impl DeliveryConfig {
     /// on. After a failure, later messages of that outbox may have gone out before
     /// it: they are sent again. The outboxes of one claim are always sent concurrently (they are
     /// independent); the messages of one outbox always in sequence order.
-    pub fn pipelined(mut self, enabled: bool) -> Self {
+    pub(crate) fn pipelined(mut self, enabled: bool) -> Self {
         self.pipelined = enabled;
         self
     }
 
     /// The back-off of an outbox whose send failed: `initial`, doubling up to `max`.
-    pub fn retry_backoff(mut self, initial: Duration, max: Duration) -> Self {
+    pub(crate) fn retry_backoff(mut self, initial: Duration, max: Duration) -> Self {
         self.backoff_initial = initial;
         self.backoff_max = max.max(initial);
         self
@@ -118,25 +116,15 @@ impl DeliveryConfig {
 
     /// Deliver consumer-outbox rows whose inbox row was consumed this long ago and is still not
     /// delivered (the inbound message went to the error queue); `None` turns the sweeper off.
-    pub fn sweep_after(mut self, age: Option<Duration>) -> Self {
+    pub(crate) fn sweep_after(mut self, age: Option<Duration>) -> Self {
         self.sweep_after = age;
         self
     }
 
     /// How often the sweeper looks.
-    pub fn sweep_interval(mut self, interval: Duration) -> Self {
+    pub(crate) fn sweep_interval(mut self, interval: Duration) -> Self {
         self.sweep_interval = interval;
         self
-    }
-
-    /// The number of workers.
-    pub fn worker_count(&self) -> usize {
-        self.workers
-    }
-
-    /// The storage settings.
-    pub fn storage(&self) -> &StorageConfig {
-        &self.storage
     }
 }
 
@@ -144,16 +132,8 @@ impl DeliveryConfig {
 /// transport. Run one in every instance: workers claim outboxes with `FOR UPDATE SKIP LOCKED`,
 /// so instances share the work; `LISTEN`/`NOTIFY` wakes them right after a commit anywhere.
 ///
-/// ```no_run
-/// # async fn run(db: sea_orm::DatabaseConnection, sink: ferrybus_core::SharedSink) {
-/// use ferrybus_sea_orm::{DeliveryConfig, OutboxDeliveryService, StorageConfig};
-/// let handle = OutboxDeliveryService::new(db, sink, DeliveryConfig::new(StorageConfig::default())).spawn();
-/// // ... on shutdown:
-/// handle.stop().await;
-/// # }
-/// ```
 #[derive(Clone)]
-pub struct OutboxDeliveryService {
+pub(crate) struct OutboxDeliveryService {
     pub(crate) db: DatabaseConnection,
     pub(crate) sink: SharedSink,
     pub(crate) config: DeliveryConfig,
@@ -171,7 +151,7 @@ impl std::fmt::Debug for OutboxDeliveryService {
 
 impl OutboxDeliveryService {
     /// A service sending through `sink`.
-    pub fn new(db: DatabaseConnection, sink: SharedSink, config: DeliveryConfig) -> Self {
+    pub(crate) fn new(db: DatabaseConnection, sink: SharedSink, config: DeliveryConfig) -> Self {
         let backoff = Arc::new(Backoff::new(config.backoff_initial, config.backoff_max));
         Self {
             db,
@@ -183,7 +163,7 @@ impl OutboxDeliveryService {
     }
 
     /// Starts the listener, the workers and the sweeper.
-    pub fn spawn(self) -> BackgroundHandle {
+    pub(crate) fn spawn(self) -> Background {
         let cancel = CancellationToken::new();
         let (wake, _) = watch::channel(0u64);
         let mut tasks = Vec::new();
@@ -209,19 +189,22 @@ impl OutboxDeliveryService {
         if self.config.sweep_after.is_some() {
             tasks.push(tokio::spawn(self.clone().sweep_loop(cancel.clone())));
         }
-        BackgroundHandle::new(cancel, tasks)
+        Background::new(cancel, tasks)
     }
 
     /// One pass: claims up to `outboxes_per_claim` outboxes and sends them. Returns how many
     /// messages were sent.
-    pub async fn deliver_once(&self) -> Result<usize, StoreError> {
+    pub(crate) async fn deliver_once(&self) -> Result<usize, StoreError> {
         self.deliver_batch().await.map(|o| o.sent)
     }
 
     /// One sweep: delivers stranded consumer-outbox rows (see
     /// [`DeliveryConfig::sweep_after`]); `age` overrides the configured age. Returns how many
     /// inbox entries were completed.
-    pub async fn sweep_once(&self, age: Option<std::time::Duration>) -> Result<usize, StoreError> {
+    pub(crate) async fn sweep_once(
+        &self,
+        age: Option<std::time::Duration>,
+    ) -> Result<usize, StoreError> {
         let age = age
             .or(self.config.sweep_after)
             .unwrap_or(Duration::from_secs(300));

@@ -23,15 +23,8 @@ enum ConsumerIdSource {
 /// `"<consumer name>:<message .NET type>:<queue>"`. To dedupe against a .NET instance of the same
 /// consumer, give the .NET consumer type name (or a fixed id):
 ///
-/// ```
-/// use ferrybus_sea_orm::{InboxConfig, StorageConfig, Tables};
-/// let config = InboxConfig::new(StorageConfig::new(Tables::new()))
-///     .dotnet_consumer("InvoiceConsumer", "Billing.Consumers.InvoiceConsumer")
-///     .consumer_id("AuditConsumer", uuid::Uuid::nil());
-/// # let _ = config;
-/// ```
 #[derive(Clone, Debug)]
-pub struct InboxConfig {
+pub(crate) struct InboxConfig {
     storage: StorageConfig,
     consumer_ids: HashMap<String, ConsumerIdSource>,
     pipelined: bool,
@@ -40,7 +33,7 @@ pub struct InboxConfig {
 
 impl InboxConfig {
     /// An inbox over the tables of `storage`.
-    pub fn new(storage: StorageConfig) -> Self {
+    pub(crate) fn new(storage: StorageConfig) -> Self {
         Self {
             storage,
             consumer_ids: HashMap::new(),
@@ -49,8 +42,14 @@ impl InboxConfig {
         }
     }
 
+    /// The same settings on other tables.
+    pub(crate) fn with_storage(mut self, storage: StorageConfig) -> Self {
+        self.storage = storage;
+        self
+    }
+
     /// Uses a fixed consumer id for the consumer named `consumer` (its [`ConsumerInfo::name`]).
-    pub fn consumer_id(mut self, consumer: impl Into<String>, id: Uuid) -> Self {
+    pub(crate) fn consumer_id(mut self, consumer: impl Into<String>, id: Uuid) -> Self {
         self.consumer_ids
             .insert(consumer.into(), ConsumerIdSource::Fixed(id));
         self
@@ -59,7 +58,7 @@ impl InboxConfig {
     /// Derives the consumer id of `consumer` from the .NET consumer type name (namespace
     /// qualified, e.g. `Billing.Consumers.InvoiceConsumer`), the message's .NET name and the
     /// queue, exactly as MassTransit does.
-    pub fn dotnet_consumer(
+    pub(crate) fn dotnet_consumer(
         mut self,
         consumer: impl Into<String>,
         dotnet_type: impl Into<String>,
@@ -73,7 +72,7 @@ impl InboxConfig {
     }
 
     /// Like [`InboxConfig::dotnet_consumer`], also overriding the .NET message type name.
-    pub fn dotnet_consumer_of(
+    pub(crate) fn dotnet_consumer_of(
         mut self,
         consumer: impl Into<String>,
         dotnet_type: impl Into<String>,
@@ -93,13 +92,13 @@ impl InboxConfig {
     /// after another, including first sends to destinations still to be declared — verify that
     /// for your transport before turning it on. After a failed send, later messages of the same
     /// delivery may have gone out already: they are sent again with the rest.
-    pub fn pipelined(mut self, enabled: bool) -> Self {
+    pub(crate) fn pipelined(mut self, enabled: bool) -> Self {
         self.pipelined = enabled;
         self
     }
 
     /// Whether sends after commit are pipelined (see [`InboxConfig::pipelined`]).
-    pub fn is_pipelined(&self) -> bool {
+    pub(crate) fn is_pipelined(&self) -> bool {
         self.pipelined
     }
 
@@ -113,35 +112,24 @@ impl InboxConfig {
     /// back as consumed and not delivered with its messages still stored: they are sent again
     /// (by a redelivered copy or the sweeper), the same duplicate an application crash between
     /// send and mark already produces. Delivery stays at-least-once; nothing is lost.
-    pub fn async_delivered_commit(mut self, enabled: bool) -> Self {
+    pub(crate) fn async_delivered_commit(mut self, enabled: bool) -> Self {
         self.async_delivered_commit = enabled;
         self
     }
 
     /// Whether [`InboxConfig::async_delivered_commit`] is on.
-    pub fn is_async_delivered_commit(&self) -> bool {
+    pub(crate) fn is_async_delivered_commit(&self) -> bool {
         self.async_delivered_commit
     }
 
     /// The storage settings.
-    pub fn storage(&self) -> &StorageConfig {
+    pub(crate) fn storage(&self) -> &StorageConfig {
         &self.storage
     }
 
     /// The consumer id the inbox uses for `consumer`.
     ///
-    /// ```
-    /// use ferrybus_core::{ConsumerInfo, MessageType};
-    /// use ferrybus_sea_orm::{InboxConfig, StorageConfig};
-    /// let info = ConsumerInfo::new(
-    ///     "InvoiceConsumer",
-    ///     MessageType::parse("Billing.Contracts:OrderPlaced").unwrap(),
-    ///     "billing-invoice",
-    /// );
-    /// let config = InboxConfig::new(StorageConfig::default());
-    /// assert_eq!(config.resolve_consumer_id(&info), info.consumer_id());
-    /// ```
-    pub fn resolve_consumer_id(&self, consumer: &ConsumerInfo) -> Uuid {
+    pub(crate) fn resolve_consumer_id(&self, consumer: &ConsumerInfo) -> Uuid {
         match self.consumer_ids.get(consumer.name()) {
             None => consumer.consumer_id(),
             Some(ConsumerIdSource::Fixed(id)) => *id,

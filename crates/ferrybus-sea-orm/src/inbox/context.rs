@@ -6,7 +6,8 @@ use ferrybus_core::{ConsumeContext, ConsumeRequest, Message};
 use sea_orm::DatabaseTransaction;
 
 /// The open inbox transaction, put into the request extensions by the
-/// [`InboxLayer`](crate::InboxLayer). Read it with [`TransactionExt`].
+/// inbox of an endpoint that calls `.inbox()` on a bus with a
+/// [`PostgresStorage`](crate::PostgresStorage). Read it with [`TransactionExt`].
 #[derive(Clone, Debug)]
 pub struct InboxTransaction(pub(crate) Arc<DatabaseTransaction>);
 
@@ -46,16 +47,17 @@ impl InboxTransaction {
 /// }
 /// ```
 pub trait TransactionExt {
-    /// The inbox transaction, if an [`InboxLayer`](crate::InboxLayer) runs this consumer.
+    /// The inbox transaction, if the consumer runs behind the inbox (`.inbox()` on its endpoint).
     fn try_transaction(&self) -> Option<&DatabaseTransaction>;
 
     /// The inbox transaction.
     ///
     /// # Panics
-    /// When no [`InboxLayer`](crate::InboxLayer) is installed on the endpoint.
+    /// When the endpoint does not use the inbox (no `.inbox()`, or no storage on the bus).
     fn transaction(&self) -> &DatabaseTransaction {
-        self.try_transaction()
-            .expect("no inbox transaction: add ferrybus_sea_orm::InboxLayer to the endpoint")
+        self.try_transaction().expect(
+            "no inbox transaction: call .inbox() on the endpoint (the bus needs a PostgresStorage)",
+        )
     }
 
     /// The inbox transaction (short name of [`TransactionExt::transaction`]).

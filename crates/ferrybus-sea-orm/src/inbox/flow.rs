@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use chrono::Utc;
-use ferrybus_core::{ConsumeError, ConsumeRequest, OutgoingMessage, SharedSink};
+use ferrybus_core::{ConsumeError, ConsumeOutcome, ConsumeRequest, OutgoingMessage, SharedSink};
 use sea_orm::{ConnectionTrait, DatabaseTransaction};
 use tower::{Service, ServiceExt};
 use tracing::Instrument;
@@ -36,9 +36,9 @@ pub(super) async fn handle<S>(
     shared: Arc<Shared>,
     inner: S,
     request: ConsumeRequest,
-) -> Result<(), ConsumeError>
+) -> Result<ConsumeOutcome, ConsumeError>
 where
-    S: Service<ConsumeRequest, Response = (), Error = ConsumeError> + Send,
+    S: Service<ConsumeRequest, Response = ConsumeOutcome, Error = ConsumeError> + Send,
     S::Future: Send,
 {
     let Some(message_id) = request.received().original_message_id() else {
@@ -67,9 +67,9 @@ async fn run<S>(
     inner: S,
     request: ConsumeRequest,
     key: InboxKey,
-) -> Result<(), ConsumeError>
+) -> Result<ConsumeOutcome, ConsumeError>
 where
-    S: Service<ConsumeRequest, Response = (), Error = ConsumeError> + Send,
+    S: Service<ConsumeRequest, Response = ConsumeOutcome, Error = ConsumeError> + Send,
     S::Future: Send,
 {
     let sql = shared.config.storage().sql();
@@ -89,6 +89,7 @@ where
             let sink = request.sink().clone();
             recover(sql, &sink, key, after, txn)
                 .await
+                .map(|()| ConsumeOutcome::Duplicate)
                 .map_err(StoreError::into_consume_error)
         }
     }
@@ -148,7 +149,7 @@ async fn duplicate(
     request: &ConsumeRequest,
     key: InboxKey,
     txn: DatabaseTransaction,
-) -> Result<(), ConsumeError> {
+) -> Result<ConsumeOutcome, ConsumeError> {
     txn.commit()
         .await
         .map_err(|e| StoreError::database(e).into_consume_error())?;
@@ -160,7 +161,7 @@ async fn duplicate(
         "duplicate message acknowledged without running the consumer"
     );
     count_duplicate(request);
-    Ok(())
+    Ok(ConsumeOutcome::Duplicate)
 }
 
 fn count_duplicate(request: &ConsumeRequest) {
@@ -176,9 +177,9 @@ async fn consume<S>(
     key: InboxKey,
     inserted: bool,
     txn: DatabaseTransaction,
-) -> Result<(), ConsumeError>
+) -> Result<ConsumeOutcome, ConsumeError>
 where
-    S: Service<ConsumeRequest, Response = (), Error = ConsumeError> + Send,
+    S: Service<ConsumeRequest, Response = ConsumeOutcome, Error = ConsumeError> + Send,
     S::Future: Send,
 {
     let sql = shared.config.storage().sql();
@@ -201,10 +202,13 @@ where
         );
         return Err(error.into_consume_error());
     };
-    if let Err(error) = result {
-        let _ = txn.rollback().await;
-        return Err(error);
-    }
+    let outcome = match result {
+        Ok(outcome) => outcome,
+        Err(error) => {
+            let _ = txn.rollback().await;
+            return Err(error);
+        }
+    };
     let seqs = match timed(
         STAGE,
         "outbox_write",
@@ -219,7 +223,7 @@ where
         .await
         .map_err(|e| StoreError::database(e).into_consume_error())?;
     if messages.is_empty() {
-        return Ok(());
+        return Ok(outcome);
     }
     let rows = seqs
         .into_iter()
@@ -236,6 +240,7 @@ where
         deliver_after_commit(shared, &transport, key, rows),
     )
     .await
+    .map(|()| outcome)
     .map_err(StoreError::into_consume_error)
 }
 

@@ -11,18 +11,8 @@ use crate::sql::Begin;
 /// The inbox + consumer outbox as a tower layer. Add it with `EndpointConfig::layer`; put it
 /// inside retry (retry is always outermost), so each attempt gets a new transaction.
 ///
-/// ```no_run
-/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
-/// use ferrybus_core::{EndpointConfig, RetryPolicy};
-/// use ferrybus_sea_orm::{InboxConfig, InboxLayer, StorageConfig, Tables};
-/// let db = sea_orm::Database::connect("postgres://postgres@localhost/app").await?;
-/// let endpoint = EndpointConfig::new("billing-invoice")
-///     .retry(RetryPolicy::immediate(3))
-///     .layer(InboxLayer::new(db, InboxConfig::new(StorageConfig::new(Tables::new()))));
-/// # let _ = endpoint; Ok(()) }
-/// ```
 #[derive(Clone, Debug)]
-pub struct InboxLayer {
+pub(crate) struct InboxLayer {
     shared: Arc<Shared>,
 }
 
@@ -35,7 +25,7 @@ pub(crate) struct Shared {
 
 impl InboxLayer {
     /// An inbox using connections from `db` (one per message being consumed).
-    pub fn new(db: DatabaseConnection, config: InboxConfig) -> Self {
+    pub(crate) fn new(db: DatabaseConnection, config: InboxConfig) -> Self {
         Self {
             shared: Arc::new(Shared {
                 db,

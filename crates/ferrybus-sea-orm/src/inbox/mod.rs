@@ -24,19 +24,19 @@ mod sink;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use ferrybus_core::{ConsumeError, ConsumeRequest};
+use ferrybus_core::{ConsumeError, ConsumeOutcome, ConsumeRequest};
 use futures::future::BoxFuture;
 use tower::Service;
 
-pub use config::InboxConfig;
+pub(crate) use config::InboxConfig;
 pub use context::{InboxTransaction, TransactionExt};
-pub use layer::InboxLayer;
+pub(crate) use layer::InboxLayer;
 
 use layer::Shared;
 
 /// The inbox service: wraps a consumer pipeline `S` (see the [module docs](self)).
 #[derive(Clone, Debug)]
-pub struct Inbox<S> {
+pub(crate) struct Inbox<S> {
     inner: S,
     shared: Arc<Shared>,
 }
@@ -45,31 +45,19 @@ impl<S> Inbox<S> {
     pub(crate) fn from_shared(inner: S, shared: Arc<Shared>) -> Self {
         Self { inner, shared }
     }
-
-    /// The wrapped service.
-    pub fn get_ref(&self) -> &S {
-        &self.inner
-    }
-
-    /// The wrapped service, mutably.
-    pub fn get_mut(&mut self) -> &mut S {
-        &mut self.inner
-    }
-
-    /// Unwraps the inner service.
-    pub fn into_inner(self) -> S {
-        self.inner
-    }
 }
 
 impl<S> Service<ConsumeRequest> for Inbox<S>
 where
-    S: Service<ConsumeRequest, Response = (), Error = ConsumeError> + Clone + Send + 'static,
+    S: Service<ConsumeRequest, Response = ConsumeOutcome, Error = ConsumeError>
+        + Clone
+        + Send
+        + 'static,
     S::Future: Send + 'static,
 {
-    type Response = ();
+    type Response = ConsumeOutcome;
     type Error = ConsumeError;
-    type Future = BoxFuture<'static, Result<(), ConsumeError>>;
+    type Future = BoxFuture<'static, Result<ConsumeOutcome, ConsumeError>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         Poll::Ready(Ok(()))

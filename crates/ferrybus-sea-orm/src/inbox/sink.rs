@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use ferrybus_core::{BoxError, MessageSink, OutgoingMessage};
+use ferrybus_core::{MessageSink, OutgoingMessage, PublishError, PublishErrorKind};
 
 /// Buffers outgoing messages until the consumer returns; closed afterwards, so a message sent
 /// from a task that outlived the consumer fails instead of being lost.
@@ -27,13 +27,16 @@ impl CaptureSink {
 
 #[async_trait]
 impl MessageSink for CaptureSink {
-    async fn deliver(&self, message: OutgoingMessage) -> Result<(), BoxError> {
+    async fn deliver(&self, message: OutgoingMessage) -> Result<(), PublishError> {
         match self.0.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
             Some(buffer) => {
                 buffer.push(message);
                 Ok(())
             }
-            None => Err("the consumer outbox is closed: the consumer already returned".into()),
+            None => Err(PublishError::new(
+                PublishErrorKind::Closed,
+                "the consumer outbox is closed: the consumer already returned",
+            )),
         }
     }
 }

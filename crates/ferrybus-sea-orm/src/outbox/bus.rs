@@ -1,39 +1,42 @@
-//! [`BusOutbox`]: writes `OutboxState` + `OutboxMessage` rows and a `NOTIFY`.
+//! [`BusOutbox`]: publishes into `OutboxState` + `OutboxMessage` rows (and a `NOTIFY`) inside a
+//! caller's transaction, through [`Publish`].
 
 use std::sync::Arc;
 
 use chrono::Utc;
-use ferrybus_core::{Message, MessageFactory, MessageOrigin, OutgoingMessage, SendOptions};
+use ferrybus_core::{
+    HostAddress, MessageFactory, MessageOrigin, OutgoingMessage, Publish, PublishError,
+};
 use sea_orm::{ConnectionTrait, Value};
 use uuid::Uuid;
 
 use crate::config::StorageConfig;
 use crate::error::{StoreError, StoreErrorKind};
 use crate::sql::{message_values, stmt};
+use crate::storage::PostgresStorage;
 
 /// Publishes and sends through the outbox tables, in the caller's transaction: nothing reaches
-/// the broker unless the transaction commits, and then the
-/// [`OutboxDeliveryService`](crate::OutboxDeliveryService) of any instance sends it (woken by
-/// `NOTIFY`, which PostgreSQL delivers only on commit).
+/// the broker unless the transaction commits, and then the outbox delivery service of any
+/// instance (a bus with this storage runs one) sends it, woken by `NOTIFY`, which PostgreSQL
+/// delivers only on commit.
 ///
 /// Every message written in one transaction belongs to one outbox (one `OutboxState` row, id
 /// derived from the transaction id), so they are delivered in the order they were written. The
 /// rows have MassTransit's shape: a .NET delivery service delivers them too.
 ///
 /// ```no_run
-/// # async fn run(db: sea_orm::DatabaseConnection) -> Result<(), Box<dyn std::error::Error>> {
-/// use ferrybus_core::{HostAddress, MessageFactory};
-/// use ferrybus_sea_orm::{BusOutbox, StorageConfig, Tables};
+/// # async fn run(bus: ferrybus_rabbitmq::RabbitMqBus, storage: ferrybus_sea_orm::PostgresStorage) -> Result<(), Box<dyn std::error::Error>> {
+/// use ferrybus_core::Publish;
+/// use ferrybus_sea_orm::BusOutbox;
 /// use sea_orm::TransactionTrait;
 /// # #[derive(serde::Serialize, serde::Deserialize)] struct OrderPlaced { id: u32 }
 /// # impl ferrybus_core::Message for OrderPlaced {
 /// #     fn message_type() -> ferrybus_core::MessageType { ferrybus_core::MessageType::parse("Ns:OrderPlaced").unwrap() }
 /// # }
-/// let factory = MessageFactory::new(HostAddress::new("rabbitmq", "localhost", None, "/"));
-/// let outbox = BusOutbox::new(factory, StorageConfig::new(Tables::new()));
-/// let txn = db.begin().await?;
+/// let outbox = BusOutbox::new(&storage, bus.host().clone());
+/// let txn = storage.db().begin().await?;
 /// // ... the application's own writes ...
-/// outbox.publish(&txn, &OrderPlaced { id: 7 }).await?;
+/// outbox.on(&txn).publish(&OrderPlaced { id: 7 }).await?;
 /// txn.commit().await?; // now, and only now, it can be sent
 /// # Ok(()) }
 /// ```
@@ -44,73 +47,36 @@ pub struct BusOutbox {
     origin: MessageOrigin,
 }
 
+/// A [`BusOutbox`] bound to one transaction (or connection): what [`BusOutbox::on`] returns.
+/// Its [`Publish`] methods write rows in that transaction.
+#[derive(Debug)]
+pub struct OutboxPublisher<'a, C> {
+    outbox: &'a BusOutbox,
+    db: &'a C,
+}
+
 impl BusOutbox {
-    /// A bus outbox writing messages built by `factory` into the tables of `config`.
-    pub fn new(factory: MessageFactory, config: StorageConfig) -> Self {
+    /// A bus outbox writing into the tables of `storage`, building messages for `host` (the
+    /// bus's [`host`](ferrybus_core::HostAddress): where the delivery service will send them).
+    pub fn new(storage: &PostgresStorage, host: HostAddress) -> Self {
+        let factory = MessageFactory::new(host);
         let origin = MessageOrigin {
             source_address: Some(factory.host().entity_address("bus")),
             ..MessageOrigin::default()
         };
         Self {
             factory: Arc::new(factory),
-            config,
+            config: storage.config(),
             origin,
         }
     }
 
-    /// Publishes `message` (to its type's exchange); returns the message id.
-    pub async fn publish<M: Message>(
-        &self,
-        db: &impl ConnectionTrait,
-        message: &M,
-    ) -> Result<Uuid, StoreError> {
-        self.publish_with(db, message, SendOptions::new()).await
+    /// Publishes and sends inside `db`, usually the caller's open transaction.
+    pub fn on<'a, C: ConnectionTrait>(&'a self, db: &'a C) -> OutboxPublisher<'a, C> {
+        OutboxPublisher { outbox: self, db }
     }
 
-    /// Publishes with options.
-    pub async fn publish_with<M: Message>(
-        &self,
-        db: &impl ConnectionTrait,
-        message: &M,
-        options: SendOptions,
-    ) -> Result<Uuid, StoreError> {
-        let outgoing = self
-            .factory
-            .publish(message, &self.origin, options)
-            .map_err(|e| StoreError::new(StoreErrorKind::Encode, e))?;
-        self.write(db, &outgoing).await?;
-        Ok(outgoing.message_id)
-    }
-
-    /// Sends `message` to `address` (`queue:name`, `exchange:name` or a full address); returns
-    /// the message id.
-    pub async fn send<M: Message>(
-        &self,
-        db: &impl ConnectionTrait,
-        address: &str,
-        message: &M,
-    ) -> Result<Uuid, StoreError> {
-        self.send_with(db, address, message, SendOptions::new())
-            .await
-    }
-
-    /// Sends with options.
-    pub async fn send_with<M: Message>(
-        &self,
-        db: &impl ConnectionTrait,
-        address: &str,
-        message: &M,
-        options: SendOptions,
-    ) -> Result<Uuid, StoreError> {
-        let outgoing = self
-            .factory
-            .send(address, message, &self.origin, options)
-            .map_err(|e| StoreError::new(StoreErrorKind::Encode, e))?;
-        self.write(db, &outgoing).await?;
-        Ok(outgoing.message_id)
-    }
-
-    /// Writes an already built message; returns the id of the outbox it joined.
+    /// Writes an already built message inside `db`; returns the id of the outbox it joined.
     pub async fn write(
         &self,
         db: &impl ConnectionTrait,
@@ -131,5 +97,20 @@ impl BusOutbox {
                 )
             })?;
         Ok(row.try_get("", "outbox_id")?)
+    }
+}
+
+impl<C: ConnectionTrait + Sync> Publish for OutboxPublisher<'_, C> {
+    fn message_factory(&self) -> &MessageFactory {
+        &self.outbox.factory
+    }
+
+    fn message_origin(&self) -> &MessageOrigin {
+        &self.outbox.origin
+    }
+
+    async fn deliver(&self, message: OutgoingMessage) -> Result<(), PublishError> {
+        self.outbox.write(self.db, &message).await?;
+        Ok(())
     }
 }

@@ -4,4 +4,4 @@
 
 mod bus;
 
-pub use bus::BusOutbox;
+pub use bus::{BusOutbox, OutboxPublisher};

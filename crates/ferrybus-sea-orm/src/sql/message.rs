@@ -1,7 +1,5 @@
 //! `OutboxMessage` rows ↔ [`OutgoingMessage`], in the column formats .NET writes and reads.
 
-use std::sync::Arc;
-
 use chrono::{DateTime, Utc};
 use ferrybus_core::envelope::ENVELOPE_CONTENT_TYPE;
 use ferrybus_core::{Envelope, Headers, OutgoingMessage};
@@ -128,7 +126,7 @@ pub(crate) fn read_message(row: &QueryResult) -> Result<StoredRow, StoreError> {
         fault_address: text("fault_address")?,
         message_type,
         content_type,
-        body: Arc::from(body.into_bytes().into_boxed_slice()),
+        body: body.into_bytes().into(),
         headers: read_headers(text("headers")?.as_deref()),
         sent_time: sent_time.unwrap_or_else(Utc::now),
         expiration_time,

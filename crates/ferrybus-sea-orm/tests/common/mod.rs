@@ -1,198 +1,79 @@
-//! Shared test setup: a fresh schema per test on a real PostgreSQL, in one of the table shapes.
+//! What only the storage tests share: a [`TestSchema`] with a business `invoices` table, the
+//! inbox row of a message, the test messages, a recording sink and a harness waiting helper. The
+//! schema per test, the table shapes and the per-shape macro come from `ferrybus_testing`.
 #![allow(dead_code, unreachable_pub)]
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::ops::Deref;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use async_trait::async_trait;
 use ferrybus_core::memory::{BusEvent, TestHarness};
-use ferrybus_core::{BoxError, Message, MessageSink, MessageType, OutgoingMessage};
-use ferrybus_sea_orm::{Migrator, NamingStyle, StorageConfig, Tables};
-use sea_orm::{
-    ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, Statement,
-    TransactionTrait, Value,
+use ferrybus_core::{
+    Message, MessageSink, MessageType, OutgoingMessage, PublishError, PublishErrorKind,
+    SettlementKind,
 };
+use ferrybus_sea_orm::TimestampType;
+use ferrybus_testing::{eventually, Shape, TestSchema, WAIT};
+use sea_orm::{ConnectionTrait, DbBackend, Statement};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-pub fn database_url() -> String {
-    std::env::var("FERRYBUS_TEST_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
-
-/// The table shapes every storage test runs on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Shape {
-    /// The migrator's default: snake_case.
-    Snake,
-    /// The migrator with .NET default naming (PascalCase).
-    Pascal,
-    /// bookworm-finance-snakecase.sql as .NET created it (with FKs).
-    BookwormFixture,
-    /// canonical-pascalcase.sql (with FKs).
-    CanonicalFixture,
-    /// The BookWorm fixture without FKs, `integer` ids and `timestamp without time zone`.
-    BookwormLegacy,
-    /// The canonical fixture without FKs, `integer` ids and `timestamp without time zone`.
-    CanonicalLegacy,
-}
-
-impl Shape {
-    pub fn naming(self) -> NamingStyle {
-        match self {
-            Shape::Snake | Shape::BookwormFixture | Shape::BookwormLegacy => NamingStyle::SnakeCase,
-            _ => NamingStyle::PascalCase,
-        }
-    }
-
-    fn fixture(self) -> Option<&'static str> {
-        match self {
-            Shape::BookwormFixture | Shape::BookwormLegacy => Some(include_str!(
-                "../../../../fixtures/schemas/bookworm-finance-snakecase.sql"
-            )),
-            Shape::CanonicalFixture | Shape::CanonicalLegacy => Some(include_str!(
-                "../../../../fixtures/schemas/canonical-pascalcase.sql"
-            )),
-            _ => None,
-        }
-    }
-
-    fn legacy(self) -> bool {
-        matches!(self, Shape::BookwormLegacy | Shape::CanonicalLegacy)
-    }
-}
-
-/// A test schema, dropped (CASCADE) when this guard drops, even after a failed assertion.
+/// A [`TestSchema`] (MassTransit's tables in one shape, dropped afterwards) with a business
+/// table `invoices (order_id uuid PRIMARY KEY)` for consumers to write to.
 pub struct TestDb {
-    pub db: DatabaseConnection,
-    pub schema: String,
-    pub storage: StorageConfig,
-    pub shape: Shape,
+    schema: TestSchema,
+}
+
+impl Deref for TestDb {
+    type Target = TestSchema;
+
+    fn deref(&self) -> &TestSchema {
+        &self.schema
+    }
 }
 
 impl TestDb {
     pub async fn new(shape: Shape) -> TestDb {
-        let mut options = ConnectOptions::new(database_url());
-        options.max_connections(12).sqlx_logging(false);
-        let db = Database::connect(options)
-            .await
-            .expect("PostgreSQL at FERRYBUS_TEST_DATABASE_URL");
-        let schema = format!("fb_test_{}", Uuid::new_v4().simple());
-        let tables = match shape.naming() {
-            NamingStyle::SnakeCase => Tables::new(),
-            NamingStyle::PascalCase => Tables::dotnet_default(),
-        }
-        .schema(schema.clone());
-        let mut guard = TestDb {
-            db,
-            schema: schema.clone(),
-            storage: StorageConfig::new(tables.clone()).notify_channel(format!("fb_{schema}")),
-            shape,
-        };
-        match shape.fixture() {
-            None => Migrator::new(tables).run(&guard.db).await.unwrap(),
-            Some(sql) => guard.load_fixture(sql, shape.legacy()).await,
-        }
-        let storage = guard.storage.clone().detect(&guard.db).await.unwrap();
-        guard
+        let schema = TestSchema::new(shape).await;
+        schema
             .exec(&format!(
-                "CREATE TABLE \"{schema}\".invoices (order_id uuid PRIMARY KEY, created timestamptz NOT NULL DEFAULT now())"
+                "CREATE TABLE \"{}\".invoices (order_id uuid PRIMARY KEY, created timestamptz NOT NULL DEFAULT now())",
+                schema.schema
             ))
             .await;
-        guard.storage = storage;
-        guard
+        TestDb { schema }
     }
 
-    async fn load_fixture(&self, sql: &str, legacy: bool) {
-        let mut sql = sql.to_owned();
-        if legacy {
-            sql = sql
-                .replace(
-                    "bigint GENERATED BY DEFAULT AS IDENTITY",
-                    "integer GENERATED BY DEFAULT AS IDENTITY",
-                )
-                .replace("timestamp with time zone", "timestamp without time zone");
-        }
-        let txn = self.db.begin().await.unwrap();
-        txn.execute_unprepared(&format!(
-            "CREATE SCHEMA \"{}\"; SET LOCAL search_path TO \"{}\"",
-            self.schema, self.schema
-        ))
-        .await
-        .unwrap();
-        txn.execute_unprepared(&sql).await.unwrap();
-        if legacy {
-            txn.execute_unprepared(&format!(
-                "DO $$ DECLARE r record; BEGIN FOR r IN SELECT conrelid::regclass AS t, conname FROM pg_constraint \
-                 WHERE contype = 'f' AND connamespace = '\"{}\"'::regnamespace LOOP \
-                 EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', r.t, r.conname); END LOOP; END $$",
-                self.schema
-            ))
-            .await
-            .unwrap();
-        }
-        txn.commit().await.unwrap();
+    /// The `invoices` table, quoted and schema-qualified.
+    pub fn invoices_table(&self) -> String {
+        format!("\"{}\".invoices", self.schema.schema)
     }
 
-    pub async fn exec(&self, sql: &str) {
-        self.db.execute_unprepared(sql).await.unwrap();
-    }
-
-    /// A column name in this shape's style.
-    pub fn c(&self, pascal: &str) -> String {
-        match self.shape.naming() {
-            NamingStyle::PascalCase => format!("\"{pascal}\""),
-            NamingStyle::SnakeCase => {
-                let mut out = String::new();
-                for (i, ch) in pascal.chars().enumerate() {
-                    if ch.is_uppercase() && i > 0 {
-                        out.push('_');
-                    }
-                    out.extend(ch.to_lowercase());
-                }
-                format!("\"{out}\"")
-            }
-        }
-    }
-
-    /// A schema-qualified table: `inbox`, `state` or `message`.
-    pub fn t(&self, which: &str) -> String {
-        let tables = self.storage.tables();
-        let name = match which {
-            "inbox" => tables.inbox_state(),
-            "state" => tables.outbox_state(),
-            "message" => tables.outbox_message(),
-            other => other,
-        };
-        format!("\"{}\".\"{}\"", self.schema, name)
-    }
-
-    pub async fn count(&self, sql: &str, values: Vec<Value>) -> i64 {
-        let row = self
-            .db
-            .query_one(Statement::from_sql_and_values(
-                DbBackend::Postgres,
-                format!("SELECT ({sql})::bigint AS n"),
-                values,
-            ))
-            .await
-            .unwrap()
-            .unwrap();
-        row.try_get("", "n").unwrap()
-    }
-
+    /// How many invoices there are.
     pub async fn invoices(&self) -> i64 {
         self.count(
-            &format!("SELECT count(*) FROM \"{}\".invoices", self.schema),
+            &format!("SELECT count(*) FROM {}", self.invoices_table()),
             vec![],
         )
         .await
     }
 
-    pub async fn rows(&self, which: &str) -> i64 {
-        self.count(&format!("SELECT count(*) FROM {}", self.t(which)), vec![])
-            .await
+    /// The type of the time columns: the legacy shapes use `timestamp without time zone`.
+    pub fn timestamps(&self) -> TimestampType {
+        match self.shape {
+            Shape::BookwormLegacy | Shape::CanonicalLegacy => TimestampType::WithoutTimeZone,
+            _ => TimestampType::WithTimeZone,
+        }
+    }
+
+    /// `at` as a value for this shape's time columns.
+    pub fn ts(&self, at: Option<chrono::DateTime<chrono::Utc>>) -> sea_orm::Value {
+        match self.timestamps() {
+            TimestampType::WithTimeZone => at.into(),
+            TimestampType::WithoutTimeZone => at.map(|t| t.naive_utc()).into(),
+        }
     }
 
     /// (consumed set, delivered set, receive count) of the inbox row of `message_id`.
@@ -219,27 +100,6 @@ impl TestDb {
             row.try_get("", "d").unwrap(),
             row.try_get("", "rc").unwrap(),
         ))
-    }
-}
-
-impl Drop for TestDb {
-    fn drop(&mut self) {
-        let schema = self.schema.clone();
-        let _ = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async {
-                if let Ok(db) = Database::connect(database_url()).await {
-                    let _ = db
-                        .execute_unprepared(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
-                        .await;
-                    let _ = db.close().await;
-                }
-            });
-        })
-        .join();
     }
 }
 
@@ -270,18 +130,23 @@ impl Message for InvoiceCreated {
     }
 }
 
-/// A sink that records what it delivers and fails while told to.
+/// A sink that records what it delivers (and when each message was tried), and fails while told
+/// to.
 #[derive(Clone, Default)]
 pub struct RecordingSink {
     pub delivered: Arc<Mutex<Vec<OutgoingMessage>>>,
+    pub tried: Arc<Mutex<Vec<(Uuid, Instant)>>>,
     pub attempts: Arc<AtomicUsize>,
-    pub failing: Arc<std::sync::atomic::AtomicBool>,
-    pub fail_next: Arc<AtomicUsize>,
+    pub failing: Arc<AtomicBool>,
 }
 
 impl RecordingSink {
     pub fn messages(&self) -> Vec<OutgoingMessage> {
         self.delivered.lock().unwrap().clone()
+    }
+
+    pub fn ids(&self) -> Vec<Uuid> {
+        self.messages().iter().map(|m| m.message_id).collect()
     }
 
     pub fn set_failing(&self, failing: bool) {
@@ -291,62 +156,78 @@ impl RecordingSink {
     pub fn attempts(&self) -> usize {
         self.attempts.load(Ordering::SeqCst)
     }
+
+    /// When each attempt to send `id` happened, in order.
+    pub fn tries_of(&self, id: Uuid) -> Vec<Instant> {
+        self.tried
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(m, _)| *m == id)
+            .map(|(_, at)| *at)
+            .collect()
+    }
+
+    /// The ids of every message tried at least once.
+    pub fn tried_ids(&self) -> Vec<Uuid> {
+        let mut ids: Vec<Uuid> = self.tried.lock().unwrap().iter().map(|(m, _)| *m).collect();
+        ids.dedup();
+        ids
+    }
 }
 
 #[async_trait]
 impl MessageSink for RecordingSink {
-    async fn deliver(&self, message: OutgoingMessage) -> Result<(), BoxError> {
+    async fn deliver(&self, message: OutgoingMessage) -> Result<(), PublishError> {
         self.attempts.fetch_add(1, Ordering::SeqCst);
+        self.tried
+            .lock()
+            .unwrap()
+            .push((message.message_id, Instant::now()));
         if self.failing.load(Ordering::SeqCst) {
-            return Err("broker unavailable".into());
-        }
-        if self
-            .fail_next
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok()
-        {
-            return Err("connection reset before the confirm".into());
+            return Err(PublishError::new(
+                PublishErrorKind::NotConnected,
+                "broker unavailable",
+            ));
         }
         self.delivered.lock().unwrap().push(message);
         Ok(())
     }
 }
 
-/// Waits until `n` deliveries of `id` were consumed or faulted on the harness.
+/// Waits until `n` deliveries of `id` were consumed (acknowledged, also as duplicates) or
+/// faulted on the harness.
 pub async fn wait_settled(harness: &TestHarness, id: Uuid, n: usize) {
-    let text = Some(id.to_string());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    let text = id.to_string();
+    let kinds = [
+        SettlementKind::Ack,
+        SettlementKind::Duplicate,
+        SettlementKind::Fault,
+    ];
+    eventually(&format!("{n} settlements of {id}"), WAIT, || {
         let settled = harness
             .events()
             .iter()
-            .filter(|e| match e {
-                BusEvent::Consumed { message_id, .. } | BusEvent::Faulted { message_id, .. } => {
-                    *message_id == text
-                }
-                _ => false,
-            })
+            .filter(|e| e.settles(&text, &kinds))
             .count();
-        if settled >= n {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {n} settlements of {id}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+        async move { (settled >= n).then_some(()) }
+    })
+    .await;
 }
 
-/// Waits until `check` holds, polling.
-pub async fn eventually<F, Fut>(what: &str, timeout: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + timeout;
-    while !check().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+/// How `id` was settled on the harness so far, in order.
+pub fn settlements(harness: &TestHarness, id: Uuid) -> Vec<SettlementKind> {
+    let text = Some(id.to_string());
+    harness
+        .events()
+        .into_iter()
+        .filter_map(|e| match e {
+            BusEvent::Settled {
+                message_id,
+                settlement,
+                ..
+            } if message_id == text => Some(settlement),
+            _ => None,
+        })
+        .collect()
 }
