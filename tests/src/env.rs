@@ -6,12 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use example_billing::Config;
-use ferrybus::sea_orm::{StorageConfig, Tables};
+use ferrybus::sea_orm::Tables;
+use ferrybus_testing::{amqp_url, database_url, init_tracing, unique_suffix, Probe};
 use futures::FutureExt;
 use sea_orm::{ConnectionTrait, Database, DatabaseConnection, DbBackend, Statement};
 use uuid::Uuid;
-
-use crate::{amqp_url, database_url, init_tracing, unique_suffix, Probe};
 
 /// One test's private world: its schemas, queues and exchanges, and what cleans them up.
 #[derive(Debug)]
@@ -62,8 +61,8 @@ impl TestEnv {
         queue
     }
 
-    /// Billing's configuration for this test: unique billing and messaging schemas, unique
-    /// queues and notify channel; the endpoints do not bind the shared message-type exchanges
+    /// Billing's configuration for this test: unique billing and messaging schemas (so a
+    /// notify channel of their own), unique queues; the endpoints do not bind the shared message-type exchanges
     /// (tests send straight to the queues) unless `bind` is set.
     pub fn billing_config(&self, bind: bool) -> Config {
         self.billing_config_tagged("", bind)
@@ -79,7 +78,7 @@ impl TestEnv {
             concurrency: 4,
             payment_delay: Duration::from_millis(200),
             billing_schema: self.schema(&format!("billing{tag}")),
-            storage: storage(&messaging),
+            tables: tables(&messaging),
             invoice_queue: self.queue(&format!("invoice{tag}")),
             payments_queue: self.queue(&format!("payments{tag}")),
             bind_message_types: bind,
@@ -89,7 +88,13 @@ impl TestEnv {
 
     /// How many inbox rows of `config`'s messaging schema have `message_id` consumed.
     pub async fn inbox_consumed(&self, config: &Config, message_id: Uuid) -> i64 {
-        let schema = config.storage.tables().schema_name();
+        self.consumed_in(config.tables.schema_name(), message_id)
+            .await
+    }
+
+    /// How many inbox rows of the messaging schema `schema` (snake_case tables) have
+    /// `message_id` consumed.
+    pub async fn consumed_in(&self, schema: &str, message_id: Uuid) -> i64 {
         self.count(
             &format!(
                 "SELECT count(*) AS n FROM \"{schema}\".inbox_state WHERE message_id = $1 AND consumed IS NOT NULL"
@@ -175,7 +180,8 @@ impl TestEnv {
     }
 }
 
-/// The outbox/inbox tables in `schema`, notifying on a channel of its own.
-pub fn storage(schema: &str) -> StorageConfig {
-    StorageConfig::new(Tables::new().schema(schema)).notify_channel(format!("ferrybus_{schema}"))
+/// The inbox/outbox tables in `schema` (snake_case, the migrator's default names). The bus
+/// outbox notifies on a channel named after the schema, so each test has its own.
+pub fn tables(schema: &str) -> Tables {
+    Tables::new().schema(schema)
 }

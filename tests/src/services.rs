@@ -1,26 +1,43 @@
-//! Buses for the tests: starting one, merging their events, sending, and waiting for events.
+//! Buses for the tests: starting one, merging their events, sending, and waiting until messages
+//! were consumed.
 
 use std::collections::HashMap;
 
-use example_billing::Config;
-use ferrybus::rabbitmq::{Event, RabbitMqBus, ReceiveEndpoint};
-use ferrybus::SendOptions;
+use example_billing::{app, Config};
+use example_contracts::OrderPlaced;
+use ferrybus::rabbitmq::{Event, RabbitMqBus, RabbitMqBusBuilder};
+use ferrybus::{Consumer, Publish, SendOptions};
+use sea_orm::DatabaseConnection;
 use tokio::sync::broadcast;
 use uuid::Uuid;
 
 use crate::WAIT;
 
-/// Starts a bus on `config.amqp_url` with `endpoints`.
+/// Starts a bus on `config.amqp_url`, named `config.connection_name`, with what `configure`
+/// adds (storage, endpoints).
 pub async fn start_bus(
     config: &Config,
-    endpoints: impl IntoIterator<Item = ReceiveEndpoint>,
+    configure: impl FnOnce(RabbitMqBusBuilder) -> RabbitMqBusBuilder,
 ) -> RabbitMqBus {
-    let mut builder =
+    let builder =
         RabbitMqBus::builder(&config.amqp_url).connection_name(config.connection_name.clone());
-    for endpoint in endpoints {
-        builder = builder.receive_endpoint(endpoint);
-    }
-    builder.start().await.expect("the bus starts")
+    configure(builder).start().await.expect("the bus starts")
+}
+
+/// Starts a bus with billing's storage (the messaging tables are created when missing) and
+/// billing's invoice endpoint running `consumer` behind the inbox, as billing configures it.
+pub async fn start_invoice_bus<C: Consumer<OrderPlaced>>(
+    config: &Config,
+    db: &DatabaseConnection,
+    consumer: C,
+) -> RabbitMqBus {
+    start_bus(config, |bus| {
+        bus.storage(app::storage(config, db.clone()))
+            .receive_endpoint(&config.invoice_queue, |e| {
+                app::invoice_endpoint(e, config, consumer)
+            })
+    })
+    .await
 }
 
 /// The events of several buses as one stream.
@@ -78,16 +95,16 @@ pub async fn send<M: ferrybus::Message>(
 }
 
 /// An order of `total` in `currency` with a new id.
-pub fn order(total: &str, currency: &str) -> example_contracts::OrderPlaced {
-    example_contracts::OrderPlaced {
+pub fn order(total: &str, currency: &str) -> OrderPlaced {
+    OrderPlaced {
         order_id: Uuid::now_v7(),
         total: total.parse().expect("a decimal"),
         currency: currency.to_owned(),
     }
 }
 
-/// Collects bus events until every id in `expected` was consumed (acknowledged) as many times
-/// as given; panics after [`WAIT`].
+/// Collects bus events until every id in `expected` was consumed (acknowledged, also as a
+/// duplicate) as many times as given; panics after [`WAIT`].
 pub async fn wait_consumed(events: &mut broadcast::Receiver<Event>, expected: &[(Uuid, usize)]) {
     let mut want: HashMap<String, usize> = expected
         .iter()
@@ -112,23 +129,4 @@ pub async fn wait_consumed(events: &mut broadcast::Receiver<Event>, expected: &[
     if tokio::time::timeout(WAIT, wait).await.is_err() {
         panic!("timed out waiting for consumption of {expected:?}");
     }
-}
-
-/// Waits for the first bus event matching `pred`; panics after [`WAIT`].
-pub async fn wait_event(
-    events: &mut broadcast::Receiver<Event>,
-    pred: impl Fn(&Event) -> bool,
-) -> Event {
-    let wait = async {
-        loop {
-            match events.recv().await {
-                Ok(event) if pred(&event) => return event,
-                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
-                Err(broadcast::error::RecvError::Closed) => panic!("the bus event stream closed"),
-            }
-        }
-    };
-    tokio::time::timeout(WAIT, wait)
-        .await
-        .expect("timed out waiting for a bus event")
 }

@@ -59,6 +59,7 @@ async fn dotnet_published_order_is_invoiced() {
             env.probe
                 .publish(
                     "Bookstore.Contracts:OrderPlaced",
+                    "",
                     serde_json::to_vec(&body).unwrap().as_slice(),
                     properties,
                 )

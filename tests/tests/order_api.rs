@@ -25,7 +25,7 @@ async fn posted_order_is_invoiced_by_billing() {
                 database_url: database_url(),
                 amqp_url: amqp_url(),
                 orders_schema: env.schema("orders"),
-                storage: billing_config.storage.clone(), // one `messaging` schema, as in production
+                tables: billing_config.tables.clone(), // one `messaging` schema, as in production
                 connection_name: format!("e2e-order-api-{}", env.id),
                 connect_timeout: Duration::from_secs(5),
             };

@@ -12,8 +12,9 @@ use example_billing::Billing;
 use example_order_api::{Config as ApiConfig, OrderApi};
 use ferrybus::rabbitmq::Event;
 use ferrybus::sea_orm::testing::pending_bus_outbox;
+use ferrybus::sea_orm::PostgresStorage;
 use ferrybus_e2e::{
-    broker_socket, database_url, eventually, http, storage, wait_event, TcpProxy, TestEnv,
+    broker_socket, database_url, eventually, http, tables, wait_event, TcpProxy, TestEnv, WAIT,
 };
 use serde_json::Value;
 use uuid::Uuid;
@@ -26,7 +27,7 @@ async fn orders_taken_during_a_broker_outage_are_invoiced_afterwards() {
     TestEnv::new("outage")
         .await
         .run(|env| async move {
-            let proxy = TcpProxy::start(&broker_socket()).await;
+            let proxy = TcpProxy::start(&broker_socket(), true).await;
 
             // Billing connects through the proxy.
             let mut billing_config = env.billing_config(true);
@@ -38,20 +39,22 @@ async fn orders_taken_during_a_broker_outage_are_invoiced_afterwards() {
             // The broker goes away: billing's connection drops.
             let mut billing_events = billing.bus().events();
             proxy.cut();
-            wait_event(&mut billing_events, |e| {
+            wait_event(&mut billing_events, WAIT, |e| {
                 matches!(e, Event::Disconnected { .. })
             })
             .await;
 
             // The order API starts anyway (its bus keeps trying in the background). It has an
             // outbox of its own here, so only its delivery service can send these orders.
-            let api_storage = storage(&env.schema("api_messaging"));
+            let api_tables = tables(&env.schema("api_messaging"));
+            // To count what waits in the order API's outbox.
+            let api_storage = PostgresStorage::new(env.db.clone()).tables(api_tables.clone());
             let api_config = ApiConfig {
                 addr: "127.0.0.1:0".into(),
                 database_url: database_url(),
                 amqp_url: proxy.amqp_url(),
                 orders_schema: env.schema("orders"),
-                storage: api_storage.clone(),
+                tables: api_tables,
                 connection_name: format!("e2e-order-api-{}", env.id),
                 connect_timeout: Duration::from_secs(2),
             };
@@ -73,7 +76,7 @@ async fn orders_taken_during_a_broker_outage_are_invoiced_afterwards() {
             // The outage lasts longer than one attempt to start the order API's bus (2 s): this
             // sleep is the outage itself, not a synchronization.
             tokio::time::sleep(Duration::from_secs(3)).await;
-            let pending = pending_bus_outbox(&env.db, &api_storage).await.unwrap();
+            let pending = pending_bus_outbox(&api_storage).await.unwrap();
             assert!(
                 pending >= 3,
                 "the messages wait in the outbox ({pending} rows)"
@@ -98,7 +101,7 @@ async fn orders_taken_during_a_broker_outage_are_invoiced_afterwards() {
                 assert_eq!(env.charges(&schema, *order).await, vec![1]);
             }
             eventually("the outbox to drain", RECOVERY, || async {
-                (pending_bus_outbox(&env.db, &api_storage).await.unwrap() == 0).then_some(())
+                (pending_bus_outbox(&api_storage).await.unwrap() == 0).then_some(())
             })
             .await;
 

@@ -7,14 +7,14 @@
 
 use std::time::Duration;
 
-use example_billing::app::{connect, invoice_endpoint, payments_endpoint, prepare};
+use example_billing::app::{self, connect, payments_endpoint};
 use example_billing::gateway::PaymentGateway;
 use example_billing::invoice::{CheckThenActConsumer, InvoiceConsumer, InvoiceWrite};
 use example_billing::schema::{self, InvoiceKey};
 use example_contracts::{PaymentCaptured, PaymentRefunded};
-use ferrybus::rabbitmq::ReceiveEndpoint;
-use ferrybus::EndpointConfig;
-use ferrybus_e2e::{merged_events, order, send, send_twice, start_bus, wait_consumed, TestEnv};
+use ferrybus_e2e::{
+    merged_events, order, send, send_twice, start_bus, start_invoice_bus, wait_consumed, TestEnv,
+};
 use sea_orm::ConnectionTrait;
 use uuid::Uuid;
 
@@ -37,14 +37,15 @@ async fn check_then_act_makes_two_invoices_and_two_charges() {
                 PaymentGateway::connect(&config.database_url, &schema, Duration::from_secs(1))
                     .await
                     .unwrap();
+            // No inbox, no storage: the handler is on its own.
             let consumer = CheckThenActConsumer::new(db.clone(), gateway, &schema);
-            let endpoint = EndpointConfig::new(config.invoice_queue.clone())
-                .concurrency(4)
-                .consumer(consumer);
-            let bus = start_bus(
-                &config,
-                [ReceiveEndpoint::new(endpoint).bind_message_types(false)],
-            )
+            let bus = start_bus(&config, |bus| {
+                bus.receive_endpoint(&config.invoice_queue, |e| {
+                    e.concurrency(4)
+                        .bind_message_types(false)
+                        .consumer(consumer)
+                })
+            })
             .await;
             let mut events = bus.events();
 
@@ -80,23 +81,17 @@ async fn inbox_runs_the_consumer_once_per_message() {
             let config = env.billing_config(false);
             let schema = config.billing_schema.clone();
             let db = connect(&config).await.unwrap();
-            prepare(&db, &config, InvoiceKey::UniqueOrderId)
+            schema::create(&db, &schema, InvoiceKey::UniqueOrderId)
                 .await
                 .unwrap();
             let gateway =
                 PaymentGateway::connect(&config.database_url, &schema, config.payment_delay)
                     .await
                     .unwrap();
-            let endpoint = || {
-                invoice_endpoint(
-                    &config,
-                    db.clone(),
-                    InvoiceConsumer::new(gateway.clone(), &schema),
-                )
-            };
+            let consumer = || InvoiceConsumer::new(gateway.clone(), &schema);
 
             // One instance, concurrency 4.
-            let bus = start_bus(&config, [endpoint()]).await;
+            let bus = start_invoice_bus(&config, &db, consumer()).await;
             let mut events = bus.events();
             let first = order("12.00", "TRY");
             let first_id = Uuid::now_v7();
@@ -115,7 +110,7 @@ async fn inbox_runs_the_consumer_once_per_message() {
             );
 
             // Two instances on one queue.
-            let second_bus = start_bus(&config, [endpoint()]).await;
+            let second_bus = start_invoice_bus(&config, &db, consumer()).await;
             let mut events = merged_events(&[&bus, &second_bus]);
             let second = order("30.50", "EUR");
             let second_id = Uuid::now_v7();
@@ -147,14 +142,13 @@ async fn same_order_under_two_message_ids() {
                 let config = env.billing_config_tagged(tag, false);
                 let schema = config.billing_schema.clone();
                 let db = connect(&config).await.unwrap();
-                prepare(&db, &config, key).await.unwrap();
+                schema::create(&db, &schema, key).await.unwrap();
                 let gateway =
                     PaymentGateway::connect(&config.database_url, &schema, config.payment_delay)
                         .await
                         .unwrap();
                 let consumer = InvoiceConsumer::with_write(gateway, &schema, write);
-                let bus =
-                    start_bus(&config, [invoice_endpoint(&config, db.clone(), consumer)]).await;
+                let bus = start_invoice_bus(&config, &db, consumer).await;
                 let mut events = bus.events();
 
                 let order = order("12.00", "TRY");
@@ -194,7 +188,7 @@ async fn idempotency_key_keeps_one_charge_when_the_commit_fails() {
             let config = env.billing_config(false);
             let schema = config.billing_schema.clone();
             let db = connect(&config).await.unwrap();
-            prepare(&db, &config, InvoiceKey::UniqueOrderId).await.unwrap();
+            schema::create(&db, &schema, InvoiceKey::UniqueOrderId).await.unwrap();
             // Runs at COMMIT, after the consumer (and the charge) finished; fails the first time.
             db.execute_unprepared(&format!(
                 r#"CREATE SEQUENCE "{schema}".invoice_commits;
@@ -214,7 +208,7 @@ async fn idempotency_key_keeps_one_charge_when_the_commit_fails() {
                 .await
                 .unwrap();
             let consumer = InvoiceConsumer::new(gateway, &schema);
-            let bus = start_bus(&config, [invoice_endpoint(&config, db.clone(), consumer)]).await;
+            let bus = start_invoice_bus(&config, &db, consumer).await;
             let mut events = bus.events();
 
             let order = order("99.90", "USD");
@@ -241,10 +235,14 @@ async fn payment_state_machine_survives_repeats_and_reordering() {
             let config = env.billing_config(false);
             let schema = config.billing_schema.clone();
             let db = connect(&config).await.unwrap();
-            prepare(&db, &config, InvoiceKey::UniqueOrderId)
+            schema::create(&db, &schema, InvoiceKey::UniqueOrderId)
                 .await
                 .unwrap();
-            let bus = start_bus(&config, [payments_endpoint(&config, db.clone())]).await;
+            let bus = start_bus(&config, |bus| {
+                bus.storage(app::storage(&config, db.clone()))
+                    .receive_endpoint(&config.payments_queue, |e| payments_endpoint(e, &config))
+            })
+            .await;
             let mut events = bus.events();
             let queue = config.payments_queue.clone();
             let captured = |payment_id, order_id| PaymentCaptured {

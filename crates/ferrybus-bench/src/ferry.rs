@@ -2,15 +2,11 @@
 //! `ferrybus-rabbitmq` endpoints and `ferrybus-sea-orm` layers, with the same pool size, prefetch
 //! and concurrency.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ferrybus_core::{consumer_fn, ConsumeContext, ConsumeError, EndpointConfig, SharedSink};
+use ferrybus_core::{consumer_fn, ConsumeContext, ConsumeError, EndpointConfig, Publish};
 use ferrybus_rabbitmq::RabbitMqBus;
-use ferrybus_sea_orm::{
-    BusOutbox, DeliveryConfig, InboxConfig, InboxLayer, OutboxDeliveryService, StorageConfig,
-    Tables, TransactionExt,
-};
+use ferrybus_sea_orm::{BusOutbox, PostgresStorage, Tables, TransactionExt};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement, TransactionTrait};
 
 use crate::baseline::RunResult;
@@ -44,8 +40,19 @@ impl From<ferrybus_rabbitmq::RabbitMqError> for FerryError {
 }
 
 /// The tables as the bench creates them: MassTransit's EF Core shape in `schema`.
-fn storage(schema: &str) -> StorageConfig {
-    StorageConfig::new(Tables::dotnet_default().schema(schema))
+fn tables(schema: &str) -> Tables {
+    Tables::dotnet_default().schema(schema)
+}
+
+/// The consumer scenarios' storage: the run's tables, without the background services (outbox
+/// delivery, cleanup), which the baselines do not run either and which would take connections
+/// from the same pool.
+fn consumer_storage(b: &Bench, db: DatabaseConnection, schema: &str) -> PostgresStorage {
+    PostgresStorage::new(db)
+        .tables(tables(schema))
+        .async_delivered_commit(b.args.async_delivered_commit)
+        .outbox_delivery(false)
+        .inbox_cleanup(false)
 }
 
 /// A sea-orm connection over the same kind of pool the baselines use.
@@ -56,20 +63,23 @@ async fn database(b: &Bench, schema: &str, size: u32) -> Result<DatabaseConnecti
     ))
 }
 
-/// Starts a bus consuming `endpoint`, waits until `expected` were counted, stops the bus.
+/// Starts a bus (with `storage`, if any) consuming queue `queue` as `endpoint` configures it,
+/// waits until `expected` were counted, stops the bus.
 async fn run_endpoint(
     amqp_url: &str,
-    endpoint: EndpointConfig,
+    queue: &str,
+    storage: Option<PostgresStorage>,
+    endpoint: impl FnOnce(EndpointConfig) -> EndpointConfig,
     counter: Counter,
     expected: usize,
     limit: Duration,
 ) -> Result<RunResult, FerryError> {
     let start = Instant::now();
-    let bus = RabbitMqBus::builder(amqp_url)
-        .connection_name("ferrybus-bench")
-        .receive_endpoint(endpoint)
-        .start()
-        .await?;
+    let mut builder = RabbitMqBus::builder(amqp_url).connection_name("ferrybus-bench");
+    if let Some(storage) = storage {
+        builder = builder.storage(storage);
+    }
+    let bus = builder.receive_endpoint(queue, endpoint).start().await?;
     let (processed, last) = counter.wait_for(expected, limit).await;
     bus.stop().await;
     Ok(RunResult {
@@ -80,12 +90,12 @@ async fn run_endpoint(
 }
 
 fn plain_endpoint(
-    queue: &str,
+    endpoint: EndpointConfig,
     prefetch: u16,
     concurrency: usize,
     counter: Counter,
 ) -> EndpointConfig {
-    EndpointConfig::new(queue)
+    endpoint
         .prefetch(prefetch)
         .concurrency(concurrency)
         .consumer(consumer_fn(
@@ -109,13 +119,19 @@ pub(crate) async fn plain(
     limit: Duration,
 ) -> Result<RunResult, FerryError> {
     let counter = Counter::new();
-    let endpoint = plain_endpoint(
+    let c = counter.clone();
+    let (prefetch, concurrency) = (b.args.prefetch_count(), b.args.concurrency);
+    let endpoint = move |e| plain_endpoint(e, prefetch, concurrency, c);
+    run_endpoint(
+        &b.args.amqp_url,
         queue,
-        b.args.prefetch_count(),
-        b.args.concurrency,
-        counter.clone(),
-    );
-    run_endpoint(&b.args.amqp_url, endpoint, counter, expected, limit).await
+        None,
+        endpoint,
+        counter,
+        expected,
+        limit,
+    )
+    .await
 }
 
 /// The business insert, in the inbox transaction.
@@ -150,33 +166,42 @@ async fn storage_run(
     let counter = Counter::new();
     let db = database(b, schema, b.args.concurrency as u32).await?;
     let c = counter.clone();
-    let endpoint = EndpointConfig::new(queue)
-        .prefetch(b.args.prefetch_count())
-        .concurrency(b.args.concurrency)
-        .layer(InboxLayer::new(
-            db.clone(),
-            InboxConfig::new(storage(schema)).async_delivered_commit(b.args.async_delivered_commit),
-        ))
-        .consumer(consumer_fn(
-            "BenchInboxConsumer",
-            move |ctx: ConsumeContext<OrderSubmitted>| {
-                let counter = c.clone();
-                async move {
-                    insert_order(&ctx).await?;
-                    if publish {
-                        let order = ctx.message();
-                        ctx.publish(&OrderAccepted {
-                            order_id: order.order_id,
-                            amount: order.amount.clone(),
-                        })
-                        .await?;
+    let (prefetch, concurrency) = (b.args.prefetch_count(), b.args.concurrency);
+    let endpoint = move |e: EndpointConfig| {
+        e.prefetch(prefetch)
+            .concurrency(concurrency)
+            .inbox()
+            .consumer(consumer_fn(
+                "BenchInboxConsumer",
+                move |ctx: ConsumeContext<OrderSubmitted>| {
+                    let counter = c.clone();
+                    async move {
+                        insert_order(&ctx).await?;
+                        if publish {
+                            let order = ctx.message();
+                            ctx.publish(&OrderAccepted {
+                                order_id: order.order_id,
+                                amount: order.amount.clone(),
+                            })
+                            .await?;
+                        }
+                        counter.incr();
+                        Ok::<_, ConsumeError>(())
                     }
-                    counter.incr();
-                    Ok::<_, ConsumeError>(())
-                }
-            },
-        ));
-    let result = run_endpoint(&b.args.amqp_url, endpoint, counter, expected, limit).await;
+                },
+            ))
+    };
+    let storage = consumer_storage(b, db.clone(), schema);
+    let result = run_endpoint(
+        &b.args.amqp_url,
+        queue,
+        Some(storage),
+        endpoint,
+        counter,
+        expected,
+        limit,
+    )
+    .await;
     db.close().await.ok();
     result
 }
@@ -211,13 +236,19 @@ pub(crate) async fn memory_consumer(
     limit: Duration,
     counter: Counter,
 ) -> Result<RunResult, FerryError> {
-    let endpoint = plain_endpoint(
+    let c = counter.clone();
+    let (prefetch, concurrency) = (args.prefetch_count(), args.concurrency);
+    let endpoint = move |e| plain_endpoint(e, prefetch, concurrency, c);
+    run_endpoint(
+        &args.amqp_url,
         queue,
-        args.prefetch_count(),
-        args.concurrency,
-        counter.clone(),
-    );
-    run_endpoint(&args.amqp_url, endpoint, counter, expected, limit).await
+        None,
+        endpoint,
+        counter,
+        expected,
+        limit,
+    )
+    .await
 }
 
 /// Writes `n` `RelayPing`s through the bus outbox from `writers` tasks, one message per
@@ -240,13 +271,11 @@ async fn write_outbox(
             for seq in 0..count {
                 let txn = db.begin().await?;
                 let id = outbox
-                    .publish(
-                        &txn,
-                        &RelayPing {
-                            seq: seq as u64,
-                            writer: w as u32,
-                        },
-                    )
+                    .on(&txn)
+                    .publish(&RelayPing {
+                        seq: seq as u64,
+                        writer: w as u32,
+                    })
                     .await?;
                 txn.commit().await?;
                 if let Some(l) = &latencies {
@@ -283,18 +312,17 @@ pub(crate) async fn relay(
     let schema = b.fresh_schema(&what).await?;
     let queue = relay::ping_queue(b, &format!("{what}-in")).await?;
     let channel = format!("ferrybus_bench_{}_{}", b.run_id, what.replace('-', "_"));
-    let writer_storage = storage(&schema).notify_channel(channel.clone());
     // Polling only: the services listen on a channel nobody notifies.
-    let service_storage = if notify {
-        writer_storage.clone()
+    let service_channel = if notify {
+        channel.clone()
     } else {
-        storage(&schema).notify_channel(format!("{channel}_silent"))
+        format!("{channel}_silent")
     };
     let db = database(b, &schema, writers as u32).await?;
-    let outbox = BusOutbox::new(
-        ferrybus_core::MessageFactory::new(crate::messages::host()),
-        writer_storage,
-    );
+    let writer_storage = PostgresStorage::new(db.clone())
+        .tables(tables(&schema))
+        .notify_channel(channel);
+    let outbox = BusOutbox::new(&writer_storage, crate::messages::host());
 
     // Phase 1: fill, then drain.
     let committed = write_outbox(&db, &outbox, n, writers, None).await?;
@@ -305,7 +333,7 @@ pub(crate) async fn relay(
     let start = Instant::now();
     let mut services = Vec::new();
     for i in 0..instances {
-        services.push(start_service(b, &schema, &service_storage, &what, i).await?);
+        services.push(start_service(b, &schema, &service_channel, &what, i).await?);
     }
     let (got, last) = received.wait_for(n, b.limit(n)).await;
     let delivered = got as f64 / last.duration_since(start).as_secs_f64().max(1e-9);
@@ -327,8 +355,7 @@ pub(crate) async fn relay(
     write_outbox(&db, &outbox, m, writers, Some(latencies.clone())).await?;
     let (got2, _) = received.wait_for(n + m, b.limit(m)).await;
     let latency = latencies.percentiles();
-    for (bus, handle, sdb) in services {
-        handle.stop().await;
+    for (bus, sdb) in services {
         bus.stop().await;
         sdb.close().await.ok();
     }
@@ -344,31 +371,27 @@ pub(crate) async fn relay(
     })
 }
 
-/// One delivery-service instance: its own bus (broker connection) and its own pool.
+/// One delivery-service instance: its own bus (broker connection) with a storage on its own
+/// pool; the bus runs the outbox delivery.
 async fn start_service(
     b: &Bench,
     schema: &str,
-    storage: &StorageConfig,
+    channel: &str,
     what: &str,
     i: usize,
-) -> Result<
-    (
-        RabbitMqBus,
-        ferrybus_sea_orm::BackgroundHandle,
-        DatabaseConnection,
-    ),
-    FerryError,
-> {
+) -> Result<(RabbitMqBus, DatabaseConnection), FerryError> {
+    let sdb = database(b, schema, 6).await?;
+    let mut storage = PostgresStorage::new(sdb.clone())
+        .tables(tables(schema))
+        .notify_channel(channel)
+        .inbox_cleanup(false);
+    if let Some(count) = b.args.relay_outboxes_per_claim {
+        storage = storage.outboxes_per_claim(count);
+    }
     let bus = RabbitMqBus::builder(&b.args.amqp_url)
         .connection_name(format!("ferrybus-bench {what} delivery {i}"))
+        .storage(storage)
         .start()
         .await?;
-    let sdb = database(b, schema, 6).await?;
-    let sink: SharedSink = Arc::new(bus.sink());
-    let mut config = DeliveryConfig::new(storage.clone());
-    if let Some(count) = b.args.relay_outboxes_per_claim {
-        config = config.outboxes_per_claim(count);
-    }
-    let handle = OutboxDeliveryService::new(sdb.clone(), sink, config).spawn();
-    Ok((bus, handle, sdb))
+    Ok((bus, sdb))
 }

@@ -8,10 +8,11 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use ferrybus_core::memory::TestHarness;
 use ferrybus_core::{
-    consumer_fn, BoxError, ConsumeContext, ConsumeError, Disposition, EndpointConfig,
-    InboundDelivery, MessageFactory, MessageSink, OutgoingMessage,
+    consumer_fn, BoxError, ConsumeContext, ConsumeError, Delivery, EndpointConfig, EndpointContext,
+    MessageFactory, MessageSink, OutgoingMessage, Publish, PublishError, Settlement,
 };
 use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
 
 use crate::broker::Counter;
 use crate::messages::{self, BaselineEnvelope, OrderSubmitted};
@@ -21,7 +22,7 @@ struct NullSink;
 
 #[async_trait]
 impl MessageSink for NullSink {
-    async fn deliver(&self, _message: OutgoingMessage) -> Result<(), BoxError> {
+    async fn deliver(&self, _message: OutgoingMessage) -> Result<(), PublishError> {
         Ok(())
     }
 }
@@ -30,7 +31,7 @@ impl MessageSink for NullSink {
 pub(crate) struct MicroResult {
     /// `serde_json::from_slice` into a typed envelope, one thread.
     pub(crate) serde: f64,
-    /// `ReceivePipeline::handle` (parse, match, dispatch to a consumer), one task.
+    /// The endpoint service (parse, match, dispatch to a consumer, settle), one task.
     pub(crate) pipeline: f64,
     /// `TestHarness`: publish (build + serialize) and consume through the in-memory bus.
     pub(crate) harness: f64,
@@ -40,8 +41,8 @@ pub(crate) struct MicroResult {
     pub(crate) harness_consumed: usize,
 }
 
-fn counting_endpoint(queue: &str, counter: Counter) -> EndpointConfig {
-    EndpointConfig::new(queue).consumer(consumer_fn(
+fn counting_endpoint(endpoint: EndpointConfig, counter: Counter) -> EndpointConfig {
+    endpoint.consumer(consumer_fn(
         "OrderConsumer",
         move |ctx: ConsumeContext<OrderSubmitted>| {
             let counter = counter.clone();
@@ -73,29 +74,28 @@ pub(crate) async fn run(n: usize) -> Result<MicroResult, BoxError> {
         serde = serde.max(n as f64 / start.elapsed().as_secs_f64());
     }
 
-    // The receive pipeline, as a transport drives it.
+    // The endpoint service, as a transport drives it.
     let counter = Counter::new();
-    let pipeline = counting_endpoint("bench-micro", counter.clone()).build(
-        factory.host().entity_address("bench-micro"),
-        Arc::new(NullSink),
-        Arc::new(factory.clone()),
-        CancellationToken::new(),
+    let endpoint = counting_endpoint(EndpointConfig::new("bench-micro"), counter.clone()).build(
+        EndpointContext {
+            input_address: factory.host().entity_address("bench-micro"),
+            sink: Arc::new(NullSink),
+            factory: Arc::new(factory.clone()),
+            cancellation: CancellationToken::new(),
+            inbox: None,
+        },
     );
-    let deliveries: Vec<InboundDelivery> = bodies
+    let deliveries: Vec<Delivery> = bodies
         .iter()
-        .map(|body| InboundDelivery {
-            body: body.clone(),
-            content_type: Some(crate::broker::ENVELOPE.to_owned()),
-            ..InboundDelivery::default()
-        })
+        .map(|body| Delivery::new(body.clone()).content_type(crate::broker::ENVELOPE.to_owned()))
         .collect();
     let mut pipeline_rate = 0f64;
     for _ in 0..3 {
         let start = Instant::now();
         for delivery in &deliveries {
-            let disposition = pipeline.handle(delivery).await;
-            if disposition != Disposition::Consumed {
-                return Err(format!("pipeline disposition {disposition:?}").into());
+            let Ok(settlement) = endpoint.clone().oneshot(delivery.clone()).await;
+            if !matches!(settlement, Settlement::Ack) {
+                return Err(format!("endpoint settlement {settlement:?}").into());
             }
         }
         pipeline_rate = pipeline_rate.max(n as f64 / start.elapsed().as_secs_f64());
@@ -106,7 +106,11 @@ pub(crate) async fn run(n: usize) -> Result<MicroResult, BoxError> {
 
     // The in-memory harness: publish every message, wait until every one was consumed.
     let counter = Counter::new();
-    let harness = TestHarness::start([counting_endpoint("bench-micro-harness", counter.clone())]);
+    let c = counter.clone();
+    let harness = TestHarness::builder()
+        .receive_endpoint("bench-micro-harness", |e| counting_endpoint(e, c))
+        .start()
+        .await?;
     let orders: Vec<OrderSubmitted> = (0..n).map(messages::order).collect();
     let start = Instant::now();
     for order in &orders {

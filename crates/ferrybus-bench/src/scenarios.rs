@@ -285,8 +285,8 @@ async fn micro_rows(b: &Bench) -> Result<Vec<Row>, BoxError> {
             Target::none(),
         )
         .note(
-            "ReceivePipeline::handle on one task: Envelope::from_slice (serde_json::Value, \
-               case-insensitive keys), consumer match, typed payload, tower stack",
+            "the endpoint service on one task: Envelope::from_slice (serde_json::Value, \
+               case-insensitive keys), consumer match, typed payload, tower stack, settlement",
         ),
         Row::new(
             "0 core micro",

@@ -15,7 +15,7 @@
 //!
 //! ```
 //! use ferrybus::memory::TestHarness;
-//! use ferrybus::{ConsumeContext, ConsumeError, Consumer, EndpointConfig, Message};
+//! use ferrybus::{ConsumeContext, ConsumeError, Consumer, Message, Publish};
 //! use serde::{Deserialize, Serialize};
 //!
 //! #[derive(Debug, Serialize, Deserialize, Message)]
@@ -35,12 +35,20 @@
 //! }
 //!
 //! # tokio::runtime::Runtime::new().unwrap().block_on(async {
-//! let harness = TestHarness::start([EndpointConfig::new("billing-invoice").consumer(InvoiceConsumer)]);
+//! let harness = TestHarness::builder()
+//!     .receive_endpoint("billing-invoice", |e| e.consumer(InvoiceConsumer))
+//!     .start()
+//!     .await
+//!     .unwrap();
 //! let id = harness.publish(&OrderPlaced { order_id: uuid::Uuid::now_v7() }).await.unwrap();
 //! harness.consumed(id).await.unwrap();
 //! # harness.stop().await;
 //! # });
 //! ```
+//!
+//! The same configuration tree runs on RabbitMQ with PostgreSQL storage:
+//! `RabbitMqBus::builder(url).storage(PostgresStorage::new(db)).receive_endpoint("billing-invoice",
+//! |e| e.inbox().consumer(InvoiceConsumer)).start()` (see the README).
 
 pub use ferrybus_core::*;
 

@@ -1,14 +1,11 @@
-//! [`Billing`]: the whole service — tables, endpoints, bus, outbox delivery — and the endpoint
-//! builders the tests reuse.
+//! [`Billing`]: the whole service in one configuration tree — storage, both endpoints, the bus —
+//! and the endpoint configurations the tests reuse.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use example_contracts::OrderPlaced;
-use ferrybus::rabbitmq::{RabbitMqBus, ReceiveEndpoint};
-use ferrybus::sea_orm::{
-    BackgroundHandle, DeliveryConfig, InboxConfig, InboxLayer, Migrator, OutboxDeliveryService,
-};
+use example_contracts::{OrderPlaced, PaymentCaptured, PaymentRefunded};
+use ferrybus::rabbitmq::RabbitMqBus;
+use ferrybus::sea_orm::PostgresStorage;
 use ferrybus::{BoxError, Consumer, EndpointConfig, RetryPolicy};
 use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbErr};
 
@@ -24,7 +21,8 @@ pub fn retry_policy() -> RetryPolicy {
     RetryPolicy::intervals([Duration::from_millis(100), Duration::from_millis(500)])
 }
 
-/// Opens billing's connection pool (sized for the endpoints' concurrency).
+/// Opens billing's connection pool (sized for the endpoints' concurrency, the outbox delivery
+/// workers, its listener and the inbox cleanup).
 pub async fn connect(config: &Config) -> Result<DatabaseConnection, DbErr> {
     let mut options = ConnectOptions::new(config.database_url.as_str());
     let size = u32::try_from(2 * config.concurrency + 6).unwrap_or(32);
@@ -35,68 +33,56 @@ pub async fn connect(config: &Config) -> Result<DatabaseConnection, DbErr> {
     Database::connect(options).await
 }
 
-/// Creates what billing needs: its own schema and tables, and the inbox/outbox tables when they
-/// do not exist yet (MassTransit's shape; a .NET service may have created them already).
-pub async fn prepare(
-    db: &DatabaseConnection,
-    config: &Config,
-    key: InvoiceKey,
-) -> Result<(), BoxError> {
-    schema::create(db, &config.billing_schema, key).await?;
-    Migrator::new(config.storage.tables().clone())
-        .run(db)
-        .await?;
-    Ok(())
+/// Billing's storage: MassTransit's inbox and outbox tables where `config` says, created when
+/// missing (a .NET service may have created them already).
+pub fn storage(config: &Config, db: DatabaseConnection) -> PostgresStorage {
+    PostgresStorage::new(db)
+        .tables(config.tables.clone())
+        .migrate(true)
 }
 
-/// The `billing-invoice` endpoint with `consumer` behind the inbox and consumer outbox:
+/// The `billing-invoice` endpoint: `consumer` behind the inbox and consumer outbox,
 /// `retry ─▶ inbox (one transaction) ─▶ consumer`.
 pub fn invoice_endpoint<C: Consumer<OrderPlaced>>(
+    endpoint: EndpointConfig,
     config: &Config,
-    db: DatabaseConnection,
     consumer: C,
-) -> ReceiveEndpoint {
-    let endpoint = EndpointConfig::new(config.invoice_queue.clone())
+) -> EndpointConfig {
+    endpoint
         .concurrency(config.concurrency)
+        .bind_message_types(config.bind_message_types)
         .retry(retry_policy())
-        .layer(InboxLayer::new(
-            db,
-            InboxConfig::new(config.storage.clone()),
-        ))
-        .consumer(consumer);
-    ReceiveEndpoint::new(endpoint).bind_message_types(config.bind_message_types)
+        .inbox()
+        .consumer(consumer)
 }
 
 /// The `billing-payments` endpoint: the payment state machine, behind the inbox.
-pub fn payments_endpoint(config: &Config, db: DatabaseConnection) -> ReceiveEndpoint {
+pub fn payments_endpoint(endpoint: EndpointConfig, config: &Config) -> EndpointConfig {
     let consumer = PaymentsConsumer::new(&config.billing_schema);
-    let endpoint = EndpointConfig::new(config.payments_queue.clone())
+    endpoint
         .concurrency(config.concurrency)
+        .bind_message_types(config.bind_message_types)
         .retry(retry_policy())
-        .layer(InboxLayer::new(
-            db,
-            InboxConfig::new(config.storage.clone()),
-        ))
-        .consumer::<example_contracts::PaymentCaptured, _>(consumer.clone())
-        .consumer::<example_contracts::PaymentRefunded, _>(consumer);
-    ReceiveEndpoint::new(endpoint).bind_message_types(config.bind_message_types)
+        .inbox()
+        .consumer::<PaymentCaptured, _>(consumer.clone())
+        .consumer::<PaymentRefunded, _>(consumer)
 }
 
 /// The running billing service.
 #[derive(Debug)]
 pub struct Billing {
     bus: RabbitMqBus,
-    delivery: BackgroundHandle,
     db: DatabaseConnection,
 }
 
 impl Billing {
-    /// Creates the tables, connects the payment gateway, starts both endpoints on RabbitMQ and
-    /// the outbox delivery service (which also sweeps consumer-outbox messages an interrupted
-    /// delivery left behind).
+    /// Creates billing's own tables, connects the payment gateway, and starts the bus: it
+    /// creates the inbox/outbox tables when missing, runs both endpoints on RabbitMQ and the
+    /// outbox delivery (which also sweeps consumer-outbox messages an interrupted delivery left
+    /// behind) and the inbox cleanup.
     pub async fn start(config: &Config) -> Result<Self, BoxError> {
         let db = connect(config).await?;
-        prepare(&db, config, InvoiceKey::UniqueOrderId).await?;
+        schema::create(&db, &config.billing_schema, InvoiceKey::UniqueOrderId).await?;
         let gateway = PaymentGateway::connect(
             &config.database_url,
             &config.billing_schema,
@@ -106,23 +92,20 @@ impl Billing {
         let invoices = InvoiceConsumer::new(gateway, &config.billing_schema);
         let bus = RabbitMqBus::builder(&config.amqp_url)
             .connection_name(config.connection_name.clone())
-            .receive_endpoint(invoice_endpoint(config, db.clone(), invoices))
-            .receive_endpoint(payments_endpoint(config, db.clone()))
+            .storage(storage(config, db.clone()))
+            .receive_endpoint(&config.invoice_queue, |e| {
+                invoice_endpoint(e, config, invoices)
+            })
+            .receive_endpoint(&config.payments_queue, |e| payments_endpoint(e, config))
             .start()
             .await?;
-        let delivery = OutboxDeliveryService::new(
-            db.clone(),
-            Arc::new(bus.sink()),
-            DeliveryConfig::new(config.storage.clone()),
-        )
-        .spawn();
         tracing::info!(
             invoice_queue = %config.invoice_queue,
             payments_queue = %config.payments_queue,
             concurrency = config.concurrency,
             "billing is running"
         );
-        Ok(Self { bus, delivery, db })
+        Ok(Self { bus, db })
     }
 
     /// The bus (to publish, or to watch its events).
@@ -135,10 +118,9 @@ impl Billing {
         &self.db
     }
 
-    /// Stops consuming (in-flight messages finish), then stops the outbox delivery.
+    /// Stops consuming (in-flight messages finish), then the outbox delivery and the cleanup.
     pub async fn stop(self) {
         self.bus.stop().await;
-        self.delivery.stop().await;
         tracing::info!("billing stopped");
     }
 }

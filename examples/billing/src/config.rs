@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use ferrybus::sea_orm::{NamingStyle, StorageConfig, Tables};
+use ferrybus::sea_orm::{NamingStyle, Tables};
 
 /// Why the environment could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -31,7 +31,7 @@ pub struct ConfigError {
 /// ```
 /// let config = example_billing::Config::default();
 /// assert_eq!(config.invoice_queue, "billing-invoice");
-/// assert_eq!(config.storage.tables().schema_name(), "messaging");
+/// assert_eq!(config.tables.schema_name(), "messaging");
 /// ```
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -45,8 +45,8 @@ pub struct Config {
     pub payment_delay: Duration,
     /// The schema of `invoices`, `charges` and `payments`.
     pub billing_schema: String,
-    /// Where the inbox and outbox tables are.
-    pub storage: StorageConfig,
+    /// Where the inbox and outbox tables are, and how they are named.
+    pub tables: Tables,
     /// The queue of the invoice consumer.
     pub invoice_queue: String,
     /// The queue of the payments consumer.
@@ -71,7 +71,7 @@ impl Default for Config {
             concurrency: 4,
             payment_delay: Duration::from_millis(200),
             billing_schema: "billing".to_owned(),
-            storage: StorageConfig::new(Tables::new()),
+            tables: Tables::new(),
             invoice_queue: "billing-invoice".to_owned(),
             payments_queue: "billing-payments".to_owned(),
             bind_message_types: true,
@@ -114,7 +114,7 @@ impl Config {
         if let Some(schema) = lookup("BILLING_SCHEMA") {
             config.billing_schema = schema;
         }
-        config.storage = StorageConfig::new(tables_from_lookup(&lookup)?);
+        config.tables = tables_from_lookup(&lookup)?;
         Ok(config)
     }
 }
@@ -180,7 +180,7 @@ mod tests {
         .unwrap();
         assert_eq!(config.concurrency, 8);
         assert_eq!(config.payment_delay, Duration::from_millis(50));
-        let tables = config.storage.tables();
+        let tables = &config.tables;
         assert_eq!(tables.schema_name(), "communication");
         assert_eq!(tables.inbox_state(), "InboxStates");
         assert_eq!(tables.outbox_state(), "OutboxState");

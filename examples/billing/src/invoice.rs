@@ -3,7 +3,7 @@
 //! [`InvoiceConsumer`] is the right way, and it takes three layers of protection, each for a
 //! different failure (see `docs/examples.md`):
 //!
-//! 1. **The inbox** ([`InboxLayer`](ferrybus::sea_orm::InboxLayer) on the endpoint) runs the
+//! 1. **The inbox** (`.inbox()` on the endpoint, over the bus's `PostgresStorage`) runs the
 //!    consumer once per (MessageId, consumer): a second copy of the same message waits on the
 //!    first one's inbox row and is then acknowledged without running the consumer, so the payment
 //!    gateway sees one request.

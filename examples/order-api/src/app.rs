@@ -1,14 +1,11 @@
-//! [`OrderApi`]: the HTTP server, the outbox delivery service and the bus.
+//! [`OrderApi`]: the HTTP server and the bus (which runs the outbox delivery).
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
-use ferrybus::rabbitmq::{HostSettings, RabbitMqBus};
-use ferrybus::sea_orm::{
-    BackgroundHandle, BusOutbox, DeliveryConfig, Migrator, OutboxDeliveryService,
-};
-use ferrybus::{BoxError, MessageFactory};
+use ferrybus::rabbitmq::RabbitMqBus;
+use ferrybus::sea_orm::{BusOutbox, PostgresStorage};
+use ferrybus::BoxError;
 use sea_orm::{ConnectOptions, Database};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -22,13 +19,12 @@ pub struct OrderApi {
     addr: SocketAddr,
     shutdown: oneshot::Sender<()>,
     server: JoinHandle<std::io::Result<()>>,
-    delivery: BackgroundHandle,
     bus: RabbitMqBus,
 }
 
 impl OrderApi {
     /// Creates the tables, starts the bus in the background (RabbitMQ may be down: it connects
-    /// when it can), the outbox delivery service, and the HTTP server on `config.addr`.
+    /// when it can) with its outbox delivery, and the HTTP server on `config.addr`.
     pub async fn start(config: &Config) -> Result<Self, BoxError> {
         let mut options = ConnectOptions::new(config.database_url.as_str());
         options
@@ -37,33 +33,28 @@ impl OrderApi {
             .sqlx_logging(false);
         let db = Database::connect(options).await?;
         create_schema(&db, &config.orders_schema).await?;
-        Migrator::new(config.storage.tables().clone())
-            .run(&db)
-            .await?;
-
-        // The outbox needs no broker: only the host address to write into the rows.
-        let host = HostSettings::parse(&config.amqp_url)?.host_address();
-        let outbox = BusOutbox::new(MessageFactory::new(host), config.storage.clone());
+        let storage = PostgresStorage::new(db.clone())
+            .tables(config.tables.clone())
+            .migrate(true)
+            .delivery_backoff(Duration::from_millis(500), Duration::from_secs(5));
 
         let listener = tokio::net::TcpListener::bind(&config.addr).await?;
         let addr = listener.local_addr()?;
 
-        // Returns at once; the bus connects (and reconnects) in the background. While RabbitMQ
-        // is unreachable a delivery waits up to the publish timeout, then fails; the delivery
-        // service backs off and tries again, and the rows wait in the outbox meanwhile.
+        // Returns without waiting for the broker; the bus connects (and reconnects) in the
+        // background. While RabbitMQ is unreachable a delivery waits up to the publish timeout,
+        // then fails; the outbox delivery backs off and tries again, and the rows wait in the
+        // outbox meanwhile.
         let bus = RabbitMqBus::builder(&config.amqp_url)
             .connection_name(config.connection_name.clone())
             .connect_timeout(config.connect_timeout)
             .publish_timeout(Duration::from_secs(10))
-            .start_background()?;
-        let delivery = OutboxDeliveryService::new(
-            db.clone(),
-            Arc::new(bus.sink()),
-            DeliveryConfig::new(config.storage.clone())
-                .retry_backoff(Duration::from_millis(500), Duration::from_secs(5)),
-        )
-        .spawn();
+            .storage(storage.clone())
+            .start_background()
+            .await?;
 
+        // The outbox needs no broker: only the host address to write into the rows.
+        let outbox = BusOutbox::new(&storage, bus.host().clone());
         let state = AppState {
             db,
             outbox,
@@ -79,7 +70,6 @@ impl OrderApi {
             addr,
             shutdown,
             server,
-            delivery,
             bus,
         })
     }
@@ -94,11 +84,10 @@ impl OrderApi {
         self.bus.is_connected()
     }
 
-    /// Stops HTTP (requests in flight finish), the outbox delivery and the bus.
+    /// Stops HTTP (requests in flight finish), then the bus and its outbox delivery.
     pub async fn stop(self) {
         let _ = self.shutdown.send(());
         let _ = self.server.await;
-        self.delivery.stop().await;
         self.bus.stop().await;
         tracing::info!("order API stopped");
     }

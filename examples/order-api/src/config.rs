@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use ferrybus::sea_orm::{NamingStyle, StorageConfig, Tables};
+use ferrybus::sea_orm::{NamingStyle, Tables};
 
 /// Why the environment could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -39,8 +39,8 @@ pub struct Config {
     pub amqp_url: String,
     /// The schema of the `orders` table.
     pub orders_schema: String,
-    /// Where the outbox tables are.
-    pub storage: StorageConfig,
+    /// Where the outbox tables are, and how they are named.
+    pub tables: Tables,
     /// The connection name the broker shows.
     pub connection_name: String,
     /// The timeout of one attempt to connect to RabbitMQ (the bus keeps trying, with back-off,
@@ -55,7 +55,7 @@ impl Default for Config {
             database_url: "postgres://postgres@127.0.0.1:5432/test".to_owned(),
             amqp_url: "amqp://guest:guest@127.0.0.1:5672/%2f".to_owned(),
             orders_schema: "orders".to_owned(),
-            storage: StorageConfig::new(Tables::new()),
+            tables: Tables::new(),
             connection_name: "order-api".to_owned(),
             connect_timeout: Duration::from_secs(5),
         }
@@ -96,16 +96,14 @@ impl Config {
             NamingStyle::PascalCase => ("InboxState", "OutboxState", "OutboxMessage"),
         };
         let name = |var: &str, default: &str| lookup(var).unwrap_or_else(|| default.to_owned());
-        config.storage = StorageConfig::new(
-            Tables::new()
-                .schema(name("FERRYBUS_SCHEMA", "messaging"))
-                .names(
-                    name("FERRYBUS_INBOX_TABLE", inbox),
-                    name("FERRYBUS_OUTBOX_STATE_TABLE", state),
-                    name("FERRYBUS_OUTBOX_MESSAGE_TABLE", message),
-                )
-                .naming(naming),
-        );
+        config.tables = Tables::new()
+            .schema(name("FERRYBUS_SCHEMA", "messaging"))
+            .names(
+                name("FERRYBUS_INBOX_TABLE", inbox),
+                name("FERRYBUS_OUTBOX_STATE_TABLE", state),
+                name("FERRYBUS_OUTBOX_MESSAGE_TABLE", message),
+            )
+            .naming(naming);
         Ok(config)
     }
 }

@@ -9,7 +9,7 @@ use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use example_contracts::OrderPlaced;
 use ferrybus::sea_orm::BusOutbox;
-use ferrybus::SendOptions;
+use ferrybus::{Publish, PublishError, SendOptions};
 use rust_decimal::Decimal;
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement, TransactionTrait};
 use serde::{Deserialize, Serialize};
@@ -116,8 +116,8 @@ impl From<DbErr> for ApiError {
     }
 }
 
-impl From<ferrybus::sea_orm::StoreError> for ApiError {
-    fn from(error: ferrybus::sea_orm::StoreError) -> Self {
+impl From<PublishError> for ApiError {
+    fn from(error: PublishError) -> Self {
         tracing::error!(%error, "outbox error");
         Self(StatusCode::INTERNAL_SERVER_ERROR, "outbox error".into())
     }
@@ -189,7 +189,8 @@ async fn place_order(
     };
     state
         .outbox
-        .publish_with(&txn, &event, SendOptions::new().message_id(message_id))
+        .on(&txn)
+        .publish_with(&event, SendOptions::new().message_id(message_id))
         .await?;
     txn.commit().await?;
     tracing::info!(%order_id, %message_id, total = %order.total, currency = %order.currency, "order placed; OrderPlaced is in the outbox");

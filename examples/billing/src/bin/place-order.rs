@@ -16,7 +16,7 @@ use std::process::ExitCode;
 use example_billing::config::DEFAULT_AMQP_URL;
 use example_contracts::OrderPlaced;
 use ferrybus::rabbitmq::RabbitMqBus;
-use ferrybus::SendOptions;
+use ferrybus::{Publish, SendOptions};
 use uuid::Uuid;
 
 #[tokio::main]
