@@ -36,8 +36,8 @@ pub use consume::{
 pub use consumer::{consumer_fn, ConsumeContext, Consumer, ConsumerFn};
 pub use dotnet::DotNetValueError;
 pub use endpoint::{
-    BoxEndpointLayer, BoxEndpointService, Delivery, EndpointConfig, EndpointContext, Faulted,
-    QueueOptions, QueueType, Redelivery, Settlement, SettlementKind,
+    BoxEndpointLayer, BoxEndpointService, Delivery, Endpoint, EndpointConfig, EndpointContext,
+    Faulted, QueueOptions, QueueType, Redelivery, Settlement, SettlementKind,
 };
 pub use envelope::{Envelope, EnvelopeError, Headers, HostInfo};
 pub use error::{BoxError, ConsumeError, ConsumeErrorKind, PublishError, PublishErrorKind};

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use ferrybus_core::BoxEndpointService;
+use ferrybus_core::Endpoint;
 use futures::StreamExt;
 use lapin::message::Delivery;
 use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
@@ -34,7 +34,7 @@ pub(crate) struct EndpointRunner {
     pub(crate) message_types: Vec<String>,
     pub(crate) prefetch: u16,
     pub(crate) concurrency: usize,
-    pub(crate) service: BoxEndpointService,
+    pub(crate) service: Endpoint,
     pub(crate) pipeline_cancel: CancellationToken,
     pub(crate) connector: Arc<Connector>,
     pub(crate) publisher: Publisher,

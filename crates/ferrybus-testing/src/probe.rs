@@ -2,7 +2,7 @@
 //! foreign producer would, and delete what a test declared; [`Received`]: a message it took.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use lapin::message::BasicGetMessage;
 use lapin::options::{
@@ -20,27 +20,31 @@ use crate::{eventually, unique, WAIT};
 /// never breaks the next one.
 #[derive(Debug)]
 pub struct Probe {
-    connection: Connection,
+    url: String,
+    connection: Mutex<Arc<Connection>>,
     tracked: Mutex<(Vec<String>, Vec<String>)>,
 }
 
 impl Probe {
     /// Connects to `url` (usually [`amqp_url`](crate::amqp_url)).
     pub async fn connect(url: &str) -> Self {
-        let connection = Connection::connect(url, ConnectionProperties::default())
-            .await
-            .expect("RabbitMQ is reachable");
         Self {
-            connection,
+            url: url.to_owned(),
+            connection: Mutex::new(Arc::new(open(url).await)),
             tracked: Mutex::new((Vec::new(), Vec::new())),
         }
     }
 
+    /// A fresh channel; the connection is opened again when the broker closed it (a probe's
+    /// refused operations close their channels, and now and then the connection with them).
     async fn channel(&self) -> Channel {
-        self.connection
-            .create_channel()
-            .await
-            .expect("probe channel")
+        let connection = self.connection.lock().unwrap().clone();
+        if let Ok(channel) = connection.create_channel().await {
+            return channel;
+        }
+        let fresh = Arc::new(open(&self.url).await);
+        *self.connection.lock().unwrap() = fresh.clone();
+        fresh.create_channel().await.expect("probe channel")
     }
 
     /// Registers queues and exchanges to delete in [`Probe::cleanup`].
@@ -280,6 +284,12 @@ impl Probe {
             let _ = ch.close(200, "".into()).await;
         }
     }
+}
+
+async fn open(url: &str) -> Connection {
+    Connection::connect(url, ConnectionProperties::default())
+        .await
+        .expect("RabbitMQ is reachable")
 }
 
 /// The AMQP properties MassTransit puts on an envelope message.

@@ -16,7 +16,7 @@ use crate::consume::{
 };
 use crate::consumer::Consumer;
 use crate::endpoint::service::{EndpointService, Registration};
-use crate::endpoint::{Delivery, PanicGuard, QueueOptions, QueueType, Settlement};
+use crate::endpoint::{Delivery, Endpoint, QueueOptions, QueueType, Settlement};
 use crate::error::ConsumeError;
 use crate::message::{Message, MessageType};
 use crate::outgoing::MessageFactory;
@@ -304,10 +304,10 @@ impl EndpointConfig {
         self.consumers.iter().map(|(info, _)| info)
     }
 
-    /// Builds the endpoint service. A transport calls this once per endpoint and then calls the
-    /// service once per delivery; it never panics (a panicking layer becomes a
+    /// Builds the endpoint. A transport calls this once per endpoint and then calls the
+    /// [`Endpoint`] once per delivery; it never panics (a panicking layer becomes a
     /// [`Settlement::Fault`]).
-    pub fn build(&self, context: EndpointContext) -> BoxEndpointService {
+    pub fn build(&self, context: EndpointContext) -> Endpoint {
         let inbox = context.inbox.filter(|_| self.inbox);
         let consumers = self
             .consumers
@@ -325,6 +325,9 @@ impl EndpointConfig {
             self,
             context.cancellation,
         );
+        if self.layers.is_empty() {
+            return Endpoint::bare(endpoint);
+        }
         let layered = self
             .layers
             .iter()
@@ -332,7 +335,7 @@ impl EndpointConfig {
             .fold(BoxCloneSyncService::new(endpoint), |inner, layer| {
                 layer.layer(inner)
             });
-        BoxCloneSyncService::new(PanicGuard::new(layered, context.input_address))
+        Endpoint::layered(layered, context.input_address)
     }
 
     pub(crate) fn redelivery_policy(&self) -> Option<&RetryPolicy> {

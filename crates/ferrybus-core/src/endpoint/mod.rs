@@ -49,9 +49,9 @@
 
 mod config;
 mod delivery;
-mod guard;
 mod queue;
 mod read;
+mod run;
 mod service;
 mod settlement;
 
@@ -59,7 +59,6 @@ pub use config::{
     BoxEndpointLayer, BoxEndpointService, EndpointConfig, EndpointContext, DEFAULT_MAX_BODY_SIZE,
 };
 pub use delivery::Delivery;
-pub(crate) use guard::PanicGuard;
 pub use queue::{QueueOptions, QueueType};
-pub use service::EndpointService;
+pub use run::Endpoint;
 pub use settlement::{Faulted, Redelivery, Settlement, SettlementKind};

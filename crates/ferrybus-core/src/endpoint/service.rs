@@ -21,7 +21,10 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use std::panic::AssertUnwindSafe;
+
 use futures::future::{join_all, BoxFuture};
+use futures::FutureExt;
 use tokio_util::sync::CancellationToken;
 use tower::{Service, ServiceExt};
 use uuid::Uuid;
@@ -31,6 +34,7 @@ use crate::consume::{
     BoxConsumeService, ConsumeOutcome, ConsumeRequest, ConsumerInfo, ReceivedMessage, RetryPolicy,
 };
 use crate::endpoint::read::read;
+use crate::endpoint::run::panicked;
 use crate::endpoint::{Delivery, EndpointConfig, Faulted, Redelivery, Settlement};
 use crate::envelope::{parse_dotnet_guid, EnvelopeError, Headers, HostInfo, RAW_JSON_CONTENT_TYPE};
 use crate::error::{ConsumeError, ConsumeErrorKind};
@@ -48,7 +52,7 @@ pub(crate) struct Registration {
 /// The innermost endpoint service: reads, routes, runs the consumers and decides the
 /// [`Settlement`]. [`EndpointConfig::build`] wraps it in the endpoint's layers.
 #[derive(Clone)]
-pub struct EndpointService {
+pub(crate) struct EndpointService {
     inner: Arc<Inner>,
 }
 
@@ -99,8 +103,24 @@ impl Service<Delivery> for EndpointService {
     }
 
     fn call(&mut self, delivery: Delivery) -> Self::Future {
+        self.call_guarded(delivery)
+    }
+}
+
+impl EndpointService {
+    /// Handles `delivery`; a panic outside the consumers (whose panics are caught already)
+    /// becomes a fault, in the same single allocation.
+    pub(crate) fn call_guarded(
+        &self,
+        delivery: Delivery,
+    ) -> BoxFuture<'static, Result<Settlement, Infallible>> {
         let inner = self.inner.clone();
-        Box::pin(async move { Ok(inner.handle(delivery).await) })
+        Box::pin(async move {
+            let settled = AssertUnwindSafe(inner.handle(delivery))
+                .catch_unwind()
+                .await;
+            Ok(settled.unwrap_or_else(|payload| panicked(&*payload, &inner.input_address)))
+        })
     }
 }
 

@@ -12,7 +12,7 @@ use tower::ServiceExt;
 
 use crate::address::HostAddress;
 use crate::bus::{Background, BusConfig, Storage};
-use crate::endpoint::{BoxEndpointService, Delivery, EndpointConfig, Settlement, SettlementKind};
+use crate::endpoint::{Delivery, Endpoint, EndpointConfig, Settlement, SettlementKind};
 use crate::envelope::Headers;
 use crate::error::BoxError;
 use crate::memory::broker::{InMemoryBroker, StoredMessage};
@@ -258,7 +258,7 @@ struct EndpointRunner {
     broker: InMemoryBroker,
     events: EventLog,
     sink: InMemorySink,
-    service: BoxEndpointService,
+    service: Endpoint,
 }
 
 impl EndpointRunner {

@@ -1,0 +1,105 @@
+//! [`Endpoint`]: the service a transport runs for one receive endpoint — the endpoint service
+//! inside its layers, guarded so that a panic anywhere still settles the delivery.
+
+use std::any::Any;
+use std::convert::Infallible;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use tower::{Service, ServiceExt};
+
+use crate::consume::panic_message;
+use crate::endpoint::service::EndpointService;
+use crate::endpoint::{BoxEndpointService, Delivery, Faulted, Settlement};
+use crate::error::ConsumeError;
+use crate::fault::{fault_headers, ExceptionInfo};
+
+/// A built receive endpoint: `Service<Delivery, Response = Settlement, Error = Infallible>`, what
+/// [`EndpointConfig::build`](crate::EndpointConfig::build) returns and a transport calls once per
+/// delivery. Cheap to clone. It never panics: a panic in a layer (or anywhere outside a
+/// consumer, where panics are caught already) becomes [`Settlement::Fault`], without a fault
+/// message since no consumer was reached.
+#[derive(Clone)]
+pub struct Endpoint(Stack);
+
+#[derive(Clone)]
+enum Stack {
+    /// No endpoint layers: the endpoint service itself (one allocation per delivery).
+    Bare(EndpointService),
+    /// The endpoint service inside the endpoint's layers.
+    Layered {
+        service: BoxEndpointService,
+        input_address: Arc<str>,
+    },
+}
+
+impl Endpoint {
+    pub(crate) fn bare(service: EndpointService) -> Self {
+        Self(Stack::Bare(service))
+    }
+
+    pub(crate) fn layered(service: BoxEndpointService, input_address: String) -> Self {
+        Self(Stack::Layered {
+            service,
+            input_address: input_address.into(),
+        })
+    }
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let layered = matches!(self.0, Stack::Layered { .. });
+        f.debug_struct("Endpoint")
+            .field("layered", &layered)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Service<Delivery> for Endpoint {
+    type Response = Settlement;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Settlement, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, delivery: Delivery) -> Self::Future {
+        match &mut self.0 {
+            Stack::Bare(service) => service.call_guarded(delivery),
+            Stack::Layered {
+                service,
+                input_address,
+            } => {
+                let service = service.clone();
+                let input_address = input_address.clone();
+                Box::pin(async move {
+                    let settled = AssertUnwindSafe(service.oneshot(delivery))
+                        .catch_unwind()
+                        .await;
+                    Ok(match settled {
+                        Ok(Ok(settlement)) => settlement,
+                        Ok(Err(never)) => match never {},
+                        Err(payload) => panicked(&*payload, &input_address),
+                    })
+                })
+            }
+        }
+    }
+}
+
+/// The settlement of a delivery whose handling panicked outside any consumer: the error queue,
+/// no fault message.
+pub(crate) fn panicked(payload: &(dyn Any + Send), input_address: &str) -> Settlement {
+    let error = ConsumeError::panic(panic_message(payload));
+    tracing::error!(target: "ferrybus::receive", error = %error, "handling a delivery panicked outside any consumer; moving it to the error queue");
+    Settlement::Fault(Box::new(Faulted {
+        headers: fault_headers(&error, input_address, None),
+        fault: None,
+        exception: ExceptionInfo::from_error(&error, "ferrybus"),
+        receive_fault: false,
+    }))
+}
