@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use sea_orm::{ConnectionTrait, DatabaseConnection, Value};
+use sea_orm::{ConnectionTrait, DatabaseConnection};
 use tokio_util::sync::CancellationToken;
 
 use ferrybus_core::Background;
@@ -11,7 +11,6 @@ use ferrybus_core::Background;
 use crate::background::sleep_or_cancel;
 use crate::config::StorageConfig;
 use crate::error::StoreError;
-use crate::sql::stmt;
 use crate::telemetry::INBOX_CLEANUP_DELETED_TOTAL;
 
 /// Settings of the [`InboxCleanup`].
@@ -88,14 +87,9 @@ impl InboxCleanup {
         let before = Utc::now()
             .checked_sub_signed(window)
             .unwrap_or(chrono::DateTime::<Utc>::MIN_UTC);
-        let limit = i64::try_from(self.config.batch_size).unwrap_or(i64::MAX);
-        let values = [
-            Value::ChronoDateTimeUtc(Some(Box::new(before))),
-            limit.into(),
-        ];
         let result = self
             .db
-            .execute(stmt(&self.config.storage.sql().cleanup, values))
+            .execute(self.config.storage.sql().cleanup(before, self.config.batch_size))
             .await?;
         metrics::counter!(INBOX_CLEANUP_DELETED_TOTAL).increment(result.rows_affected());
         Ok(result.rows_affected())

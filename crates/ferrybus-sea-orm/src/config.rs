@@ -2,10 +2,11 @@
 
 use std::sync::Arc;
 
-use sea_orm::{ConnectionTrait, DbBackend, Statement};
+use sea_orm::sea_query::{Alias, Expr, Query};
+use sea_orm::{ConnectionTrait, FromQueryResult};
 
 use crate::error::StoreError;
-use crate::sql::Sql;
+use crate::sql::{build, Sql};
 
 /// How column (and constraint) names are spelled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
@@ -209,25 +210,29 @@ impl StorageConfig {
             NamingStyle::SnakeCase => "received",
             NamingStyle::PascalCase => "Received",
         };
-        let stmt = Statement::from_sql_and_values(
-            DbBackend::Postgres,
-            "SELECT data_type::text AS data_type FROM information_schema.columns \
-             WHERE table_schema = $1 AND table_name = $2 AND column_name = $3",
-            [
-                self.tables.schema.clone().into(),
-                self.tables.inbox_state.clone().into(),
-                column.into(),
-            ],
-        );
-        let row = db.query_one(stmt).await.map_err(StoreError::database)?;
+        #[derive(FromQueryResult)]
+        struct DataType {
+            data_type: String,
+        }
+        let query = Query::select()
+            .expr_as(
+                Expr::col(Alias::new("data_type")).cast_as(Alias::new("text")),
+                Alias::new("data_type"),
+            )
+            .from((Alias::new("information_schema"), Alias::new("columns")))
+            .and_where(Expr::col(Alias::new("table_schema")).eq(self.tables.schema.as_str()))
+            .and_where(Expr::col(Alias::new("table_name")).eq(self.tables.inbox_state.as_str()))
+            .and_where(Expr::col(Alias::new("column_name")).eq(column))
+            .to_owned();
+        let row = db.query_one(build(&query)).await.map_err(StoreError::database)?;
         let Some(row) = row else {
             return Err(StoreError::config(format!(
                 "column {column} of {}.{} not found",
                 self.tables.schema, self.tables.inbox_state
             )));
         };
-        let data_type: String = row.try_get("", "data_type").map_err(StoreError::database)?;
-        let timestamps = if data_type == "timestamp without time zone" {
+        let data_type = DataType::from_query_result(&row, "").map_err(StoreError::database)?;
+        let timestamps = if data_type.data_type == "timestamp without time zone" {
             TimestampType::WithoutTimeZone
         } else {
             TimestampType::WithTimeZone

@@ -3,46 +3,22 @@
 
 use chrono::Utc;
 use ferrybus_core::{OutgoingMessage, SharedSink};
-use sea_orm::{ConnectionTrait, Value};
+use sea_orm::{ConnectionTrait, FromQueryResult};
 use uuid::Uuid;
 
 use crate::error::StoreError;
 use crate::send::{send_in_order, SendOutcome};
-use crate::sql::{message_values, read_message, stmt, Sql, StoredRow, MESSAGE_VALUE_COUNT};
+use crate::sql::{read_message, RowState, Seq, Sql, StoredRow, BINDS_PER_MESSAGE};
 
-/// PostgreSQL accepts at most 65 535 bind parameters per statement (2 key values, the messages'
-/// values and one timestamp).
-const MAX_ROWS_PER_INSERT: usize = 65_535 / MESSAGE_VALUE_COUNT - 1;
+/// PostgreSQL accepts at most 65 535 bind parameters per statement (the messages' values, and
+/// the inbox key and a timestamp in the CTE).
+const MAX_ROWS_PER_INSERT: usize = (65_535 - 4) / BINDS_PER_MESSAGE;
 
 /// The inbox key: (original message id, consumer id).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct InboxKey {
     pub(crate) message_id: Uuid,
     pub(crate) consumer_id: Uuid,
-}
-
-impl InboxKey {
-    fn values(&self) -> [Value; 2] {
-        [self.message_id.into(), self.consumer_id.into()]
-    }
-}
-
-/// The state of an existing inbox row, read while holding its lock.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct RowState {
-    pub(crate) consumed: bool,
-    pub(crate) delivered: bool,
-    pub(crate) last_sequence_number: Option<i64>,
-}
-
-impl RowState {
-    pub(crate) fn read(row: &sea_orm::QueryResult) -> Result<Self, StoreError> {
-        Ok(Self {
-            consumed: row.try_get("", "consumed")?,
-            delivered: row.try_get("", "delivered")?,
-            last_sequence_number: row.try_get("", "last_sequence_number")?,
-        })
-    }
 }
 
 /// Locks the inbox row (`FOR UPDATE`); `None` when it does not exist. `async_commit` also
@@ -53,13 +29,11 @@ pub(crate) async fn lock(
     key: InboxKey,
     async_commit: bool,
 ) -> Result<Option<RowState>, StoreError> {
-    let statement = if async_commit {
-        &sql.inbox_lock_async_commit
-    } else {
-        &sql.inbox_lock
-    };
-    let row = db.query_one(stmt(statement, key.values())).await?;
-    row.as_ref().map(RowState::read).transpose()
+    let row = db.query_one(sql.inbox_lock(key, async_commit)).await?;
+    Ok(row
+        .as_ref()
+        .map(|row| RowState::from_query_result(row, ""))
+        .transpose()?)
 }
 
 /// Inserts the consumer's messages (one multi-row INSERT per 4 000 messages) and, in the same
@@ -73,22 +47,12 @@ pub(crate) async fn insert(
 ) -> Result<Vec<i64>, StoreError> {
     let mut seqs = Vec::with_capacity(messages.len());
     for (i, chunk) in messages.chunks(MAX_ROWS_PER_INSERT).enumerate() {
-        let mark_pending = i == 0;
-        let mut values: Vec<Value> = key.values().into();
-        for message in chunk {
-            values.extend(message_values(message)?);
-        }
-        if mark_pending {
-            values.push(Value::ChronoDateTimeUtc(Some(Box::new(Utc::now()))));
-        }
+        let pending_at = (i == 0).then(Utc::now);
         let rows = db
-            .query_all(stmt(
-                &sql.insert_inbox_messages(chunk.len(), mark_pending),
-                values,
-            ))
+            .query_all(sql.insert_inbox_messages(key, chunk, pending_at)?)
             .await?;
-        for row in rows {
-            seqs.push(row.try_get::<i64>("", "seq")?);
+        for row in &rows {
+            seqs.push(Seq::from_query_result(row, "")?.seq);
         }
     }
     Ok(seqs)
@@ -101,9 +65,9 @@ pub(crate) async fn load(
     key: InboxKey,
     after: Option<i64>,
 ) -> Result<Vec<StoredRow>, StoreError> {
-    let mut values: Vec<Value> = key.values().into();
-    values.push(after.unwrap_or(0).into());
-    let rows = db.query_all(stmt(&sql.inbox_messages, values)).await?;
+    let rows = db
+        .query_all(sql.inbox_messages(key, after.unwrap_or(0)))
+        .await?;
     rows.iter().map(read_message).collect()
 }
 
@@ -128,12 +92,12 @@ pub(crate) async fn deliver(
     } = send_in_order(sink, rows, pipelined, source).await;
     match error {
         None => {
-            finish(db, &sql.inbox_delivered, key, last).await?;
+            finish(db, sql, key, last, true).await?;
             Ok(sent)
         }
         Some(error) => {
             if processed_upto.is_some() {
-                finish(db, &sql.inbox_progress, key, processed_upto).await?;
+                finish(db, sql, key, processed_upto, false).await?;
             }
             Err(StoreError::send(error))
         }
@@ -142,14 +106,12 @@ pub(crate) async fn deliver(
 
 async fn finish(
     db: &impl ConnectionTrait,
-    statement: &str,
+    sql: &Sql,
     key: InboxKey,
     last: Option<i64>,
+    complete: bool,
 ) -> Result<(), StoreError> {
-    let mut values: Vec<Value> = key.values().into();
-    values.push(Value::ChronoDateTimeUtc(Some(Box::new(Utc::now()))));
-    values.push(last.into());
-    values.push(Uuid::new_v4().into());
-    db.execute(stmt(statement, values)).await?;
+    db.execute(sql.inbox_finish(key, Utc::now(), last, Uuid::new_v4(), complete))
+        .await?;
     Ok(())
 }

@@ -12,9 +12,14 @@
 //! * while the bus runs, it delivers bus-outbox rows (`LISTEN`/`NOTIFY` + polling), sweeps
 //!   consumer-outbox rows a faulted delivery left behind, and removes delivered inbox rows older
 //!   than the duplicate-detection window; the bus stops them after its endpoints;
-//! * [`Migrator`] creates `inbox_state`, `outbox_state` and `outbox_message` in MassTransit
-//!   8.5's shape (idempotent; any schema, table names and naming style: [`Tables`]), when the
-//!   storage is told to [`migrate`](PostgresStorage::migrate) or by hand.
+//! * [`migrate`] creates `inbox_state`, `outbox_state` and `outbox_message` in MassTransit
+//!   8.5's shape (any schema, table names and naming style: [`Tables`]): as sea-orm-migration
+//!   migrations for your own `Migrator` ([`migrate::migrations`]), through ferrybus's
+//!   idempotent runner ([`Migrator`], what [`PostgresStorage::migrate`] runs), or as plain SQL
+//!   ([`migrate::sql`]); [`migrate::check`] compares an existing schema;
+//! * [`entity`] has sea-orm entities for the three tables (both namings) and
+//!   [`Retarget`](entity::Retarget) for configured schemas and names; [`status`] counts what
+//!   is waiting.
 //!
 //! See `docs/inbox-outbox.md` for guarantees, costs and sharing tables with .NET.
 //!
@@ -22,13 +27,21 @@
 //! use ferrybus_core::{ConsumeContext, ConsumeError, Publish};
 //! use ferrybus_rabbitmq::RabbitMqBus;
 //! use ferrybus_sea_orm::{BusOutbox, PostgresStorage, TransactionExt};
-//! use sea_orm::{ConnectionTrait, TransactionTrait};
+//! use sea_orm::{ActiveModelTrait, Set, TransactionTrait};
 //! # use serde::{Deserialize, Serialize};
 //! # #[derive(Serialize, Deserialize)] struct OrderPlaced { order_id: uuid::Uuid }
 //! # impl ferrybus_core::Message for OrderPlaced {
 //! #     fn message_type() -> ferrybus_core::MessageType { ferrybus_core::MessageType::parse("Billing:OrderPlaced").unwrap() }
 //! # }
 //! # #[derive(Serialize, Deserialize)] struct InvoiceCreated { order_id: uuid::Uuid }
+//! # mod invoices {
+//! #     use sea_orm::entity::prelude::*;
+//! #     #[derive(Clone, Debug, PartialEq, DeriveEntityModel)]
+//! #     #[sea_orm(table_name = "invoices")]
+//! #     pub struct Model { #[sea_orm(primary_key, auto_increment = false)] pub order_id: Uuid }
+//! #     #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)] pub enum Relation {}
+//! #     impl ActiveModelBehavior for ActiveModel {}
+//! # }
 //! # impl ferrybus_core::Message for InvoiceCreated {
 //! #     fn message_type() -> ferrybus_core::MessageType { ferrybus_core::MessageType::parse("Billing:InvoiceCreated").unwrap() }
 //! # }
@@ -43,8 +56,8 @@
 //!             "InvoiceConsumer",
 //!             |ctx: ConsumeContext<OrderPlaced>| async move {
 //!                 let order_id = ctx.message().order_id;
-//!                 ctx.db()
-//!                     .execute_unprepared(&format!("INSERT INTO invoices (order_id) VALUES ('{order_id}')"))
+//!                 invoices::ActiveModel { order_id: Set(order_id) }
+//!                     .insert(ctx.db())
 //!                     .await?;
 //!                 ctx.publish(&InvoiceCreated { order_id }).await?; // sent after commit
 //!                 Ok::<_, ConsumeError>(())
@@ -69,12 +82,14 @@ mod cleanup;
 mod config;
 mod consumer_outbox;
 mod delivery;
+pub mod entity;
 mod error;
 mod inbox;
 pub mod migrate;
 mod outbox;
 mod send;
 mod sql;
+pub mod status;
 mod storage;
 mod sweeper;
 pub mod telemetry;

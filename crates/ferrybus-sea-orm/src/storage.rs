@@ -315,6 +315,7 @@ impl PostgresStorage {
 impl Storage for PostgresStorage {
     /// Runs the migrations when asked, then reads the time column type of the inbox table.
     async fn prepare(&self) -> Result<(), BoxError> {
+        crate::delivery::listener::postgres_pool(&self.db)?;
         if self.migrate {
             Migrator::new(self.tables.clone()).run(&self.db).await?;
         }

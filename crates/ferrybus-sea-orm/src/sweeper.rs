@@ -5,11 +5,11 @@ use std::time::Duration;
 
 use chrono::Utc;
 use ferrybus_core::SharedSink;
-use sea_orm::{ConnectionTrait, DatabaseConnection, Value};
+use sea_orm::{ConnectionTrait, DatabaseConnection, FromQueryResult};
 
 use crate::consumer_outbox::{self, InboxKey};
 use crate::error::StoreError;
-use crate::sql::{stmt, Begin, Sql};
+use crate::sql::{Begin, Sql, StrandedInbox};
 
 /// Claims up to `batch` inbox rows consumed more than `age` ago and not delivered (skipping rows
 /// a delivery holds), sends their remaining messages, marks them delivered and deletes the
@@ -23,20 +23,16 @@ pub(crate) async fn sweep(
     batch: u64,
 ) -> Result<usize, StoreError> {
     let before = Utc::now() - chrono::Duration::from_std(age).unwrap_or(chrono::Duration::zero());
-    let limit = i64::try_from(batch).unwrap_or(i64::MAX);
     let txn = begin.read_committed(db).await?;
-    let values = [
-        Value::ChronoDateTimeUtc(Some(Box::new(before))),
-        limit.into(),
-    ];
-    let claimed = txn.query_all(stmt(&sql.sweep_claim, values)).await?;
+    let claimed = txn.query_all(sql.sweep_claim(before, batch)).await?;
     let mut completed = 0;
     for row in &claimed {
+        let stranded = StrandedInbox::from_query_result(row, "")?;
         let key = InboxKey {
-            message_id: row.try_get("", "message_id")?,
-            consumer_id: row.try_get("", "consumer_id")?,
+            message_id: stranded.message_id,
+            consumer_id: stranded.consumer_id,
         };
-        let after: Option<i64> = row.try_get("", "last_sequence_number")?;
+        let after = stranded.last_sequence_number;
         let rows = consumer_outbox::load(&txn, sql, key, after).await?;
         match consumer_outbox::deliver(&txn, sql, sink, key, rows, false, "sweeper").await {
             Ok(sent) => {

@@ -2,20 +2,20 @@
 
 use std::time::{Duration, Instant};
 
-use sea_orm::ConnectionTrait;
+use sea_orm::{ConnectionTrait, FromQueryResult};
 
 use crate::error::{StoreError, StoreErrorKind};
-use crate::sql::stmt;
+use crate::sql::Pending;
 use crate::storage::PostgresStorage;
 
 /// How many bus-outbox rows (states and messages) are waiting.
 pub async fn pending_bus_outbox(storage: &PostgresStorage) -> Result<i64, StoreError> {
     let row = storage
         .db()
-        .query_one(stmt(&storage.config().sql().pending_bus_outbox, []))
+        .query_one(storage.config().sql().pending_bus_outbox())
         .await?
         .ok_or_else(|| StoreError::new(StoreErrorKind::Database, "count returned no row"))?;
-    Ok(row.try_get("", "pending")?)
+    Ok(Pending::from_query_result(&row, "")?.pending)
 }
 
 /// Waits until the bus outbox is empty (every committed message delivered), polling every

@@ -3,13 +3,13 @@
 use std::collections::HashMap;
 
 use futures::future::join_all;
-use sea_orm::{ConnectionTrait, DatabaseTransaction};
+use sea_orm::{ConnectionTrait, DatabaseTransaction, FromQueryResult};
 use uuid::Uuid;
 
 use crate::delivery::OutboxDeliveryService;
 use crate::error::StoreError;
 use crate::send::send_in_order;
-use crate::sql::{int_array, read_message, stmt, uuid_array, StoredRow};
+use crate::sql::{read_message, ClaimedOutbox, StoredRow};
 use crate::telemetry::{timed, OUTBOX_STAGE_SECONDS as STAGE};
 
 /// What one pass did.
@@ -60,11 +60,6 @@ impl Results {
     }
 }
 
-struct Claimed {
-    outbox_id: Uuid,
-    delivered: bool,
-}
-
 impl OutboxDeliveryService {
     pub(crate) async fn deliver_batch(&self) -> Result<BatchOutcome, StoreError> {
         let txn = self.begin.read_committed(&self.db).await?;
@@ -105,20 +100,12 @@ impl OutboxDeliveryService {
         Ok(outcome)
     }
 
-    async fn claim(&self, txn: &DatabaseTransaction) -> Result<Vec<Claimed>, StoreError> {
+    async fn claim(&self, txn: &DatabaseTransaction) -> Result<Vec<ClaimedOutbox>, StoreError> {
         let sql = self.config.storage.sql();
-        let excluded = uuid_array(&self.backoff.excluded());
-        let limit = i64::try_from(self.config.outboxes_per_claim).unwrap_or(i64::MAX);
-        let rows = txn
-            .query_all(stmt(&sql.claim_outboxes, [excluded.into(), limit.into()]))
-            .await?;
+        let statement = sql.claim_outboxes(&self.backoff.excluded(), self.config.outboxes_per_claim);
+        let rows = txn.query_all(statement).await?;
         rows.iter()
-            .map(|row| {
-                Ok(Claimed {
-                    outbox_id: row.try_get("", "outbox_id")?,
-                    delivered: row.try_get("", "delivered")?,
-                })
-            })
+            .map(|row| Ok(ClaimedOutbox::from_query_result(row, "")?))
             .collect()
     }
 
@@ -129,12 +116,8 @@ impl OutboxDeliveryService {
         ids: &[Uuid],
     ) -> Result<HashMap<Uuid, Vec<StoredRow>>, StoreError> {
         let sql = self.config.storage.sql();
-        let per_outbox = i64::try_from(self.config.messages_per_outbox).unwrap_or(i64::MAX);
         let rows = txn
-            .query_all(stmt(
-                &sql.outbox_messages,
-                [uuid_array(ids).into(), per_outbox.into()],
-            ))
+            .query_all(sql.outbox_messages(ids, self.config.messages_per_outbox))
             .await?;
         let mut grouped: HashMap<Uuid, Vec<StoredRow>> = HashMap::new();
         for row in &rows {
@@ -192,20 +175,15 @@ impl OutboxDeliveryService {
     async fn finish(&self, txn: &DatabaseTransaction, results: &Results) -> Result<(), StoreError> {
         let sql = self.config.storage.sql();
         if !results.complete.is_empty() || !results.sent_seqs.is_empty() {
-            let values = [
-                uuid_array(&results.complete).into(),
-                int_array(&results.sent_seqs).into(),
-            ];
-            txn.execute(stmt(&sql.delete_outbox_messages, values))
+            txn.execute(sql.delete_outbox_messages(&results.complete, &results.sent_seqs))
                 .await?;
         }
         if !results.complete.is_empty() {
-            let values = [uuid_array(&results.complete).into()];
-            txn.execute(stmt(&sql.delete_outbox_states, values)).await?;
+            txn.execute(sql.delete_outbox_states(&results.complete))
+                .await?;
         }
         for (id, seq) in &results.progress {
-            txn.execute(stmt(&sql.outbox_progress, [(*id).into(), (*seq).into()]))
-                .await?;
+            txn.execute(sql.outbox_progress(*id, *seq)).await?;
         }
         Ok(())
     }

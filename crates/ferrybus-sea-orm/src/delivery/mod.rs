@@ -2,7 +2,7 @@
 
 mod backoff;
 mod batch;
-mod listener;
+pub(crate) mod listener;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -167,14 +167,22 @@ impl OutboxDeliveryService {
         let cancel = CancellationToken::new();
         let (wake, _) = watch::channel(0u64);
         let mut tasks = Vec::new();
-        let pool = self.db.get_postgres_connection_pool().clone();
-        let channel = self.config.storage.channel().to_owned();
-        tasks.push(tokio::spawn(listener::listen(
-            pool,
-            channel,
-            wake.clone(),
-            cancel.clone(),
-        )));
+        match listener::postgres_pool(&self.db) {
+            Ok(pool) => {
+                let channel = self.config.storage.channel().to_owned();
+                tasks.push(tokio::spawn(listener::listen(
+                    pool,
+                    channel,
+                    wake.clone(),
+                    cancel.clone(),
+                )));
+            }
+            Err(error) => tracing::error!(
+                target: "ferrybus::outbox",
+                %error,
+                "no LISTEN on this connection; the outbox delivery only polls"
+            ),
+        }
         let assist = Arc::new(Notify::new());
         for index in 0..self.config.workers {
             // Only the first worker waits for NOTIFY: one notification wakes one worker per

@@ -4,17 +4,17 @@ use std::sync::Arc;
 
 use chrono::Utc;
 use ferrybus_core::{ConsumeError, ConsumeOutcome, ConsumeRequest, OutgoingMessage, SharedSink};
-use sea_orm::{ConnectionTrait, DatabaseTransaction};
+use sea_orm::{ConnectionTrait, DatabaseTransaction, FromQueryResult};
 use tower::{Service, ServiceExt};
 use tracing::Instrument;
 use uuid::Uuid;
 
-use crate::consumer_outbox::{self, InboxKey, RowState};
+use crate::consumer_outbox::{self, InboxKey};
 use crate::error::{StoreError, StoreErrorKind};
 use crate::inbox::context::InboxTransaction;
 use crate::inbox::layer::Shared;
 use crate::inbox::sink::CaptureSink;
-use crate::sql::{stmt, Sql, StoredRow};
+use crate::sql::{RowState, Sql, StoredRow};
 use crate::telemetry::{
     timed, INBOX_DUPLICATES_TOTAL, INBOX_RECOVERED_TOTAL, INBOX_STAGE_SECONDS as STAGE,
 };
@@ -107,28 +107,16 @@ async fn rollback(txn: DatabaseTransaction, error: StoreError) -> ConsumeError {
 async fn claim(txn: &DatabaseTransaction, sql: &Sql, key: InboxKey) -> Result<Claim, StoreError> {
     for _ in 0..3 {
         let lock_id = Uuid::new_v4();
-        let now = sea_orm::Value::ChronoDateTimeUtc(Some(Box::new(Utc::now())));
-        let insert = [
-            key.message_id.into(),
-            key.consumer_id.into(),
-            lock_id.into(),
-            now,
-        ];
         if txn
-            .execute(stmt(&sql.inbox_insert, insert))
+            .execute(sql.inbox_insert(key, lock_id, Utc::now()))
             .await?
             .rows_affected()
             == 1
         {
             return Ok(Claim::Run { inserted: true });
         }
-        let relock = [
-            key.message_id.into(),
-            key.consumer_id.into(),
-            lock_id.into(),
-        ];
-        if let Some(row) = txn.query_one(stmt(&sql.inbox_relock, relock)).await? {
-            let state = RowState::read(&row)?;
+        if let Some(row) = txn.query_one(sql.inbox_relock(key, lock_id)).await? {
+            let state = RowState::from_query_result(&row, "")?;
             return Ok(match (state.consumed, state.delivered) {
                 (false, _) => Claim::Run { inserted: false },
                 (true, false) => Claim::Recover {
@@ -259,12 +247,8 @@ async fn write(
         return consumer_outbox::insert(txn, sql, key, messages).await;
     }
     if !inserted {
-        let now = sea_orm::Value::ChronoDateTimeUtc(Some(Box::new(Utc::now())));
-        txn.execute(stmt(
-            &sql.inbox_consumed_delivered,
-            [key.message_id.into(), key.consumer_id.into(), now],
-        ))
-        .await?;
+        txn.execute(sql.inbox_consumed_delivered(key, Utc::now()))
+            .await?;
     }
     Ok(Vec::new())
 }

@@ -7,12 +7,12 @@ use chrono::Utc;
 use ferrybus_core::{
     HostAddress, MessageFactory, MessageOrigin, OutgoingMessage, Publish, PublishError,
 };
-use sea_orm::{ConnectionTrait, Value};
+use sea_orm::{ConnectionTrait, FromQueryResult};
 use uuid::Uuid;
 
 use crate::config::StorageConfig;
 use crate::error::{StoreError, StoreErrorKind};
-use crate::sql::{message_values, stmt};
+use crate::sql::WrittenOutbox;
 use crate::storage::PostgresStorage;
 
 /// Publishes and sends through the outbox tables, in the caller's transaction: nothing reaches
@@ -82,13 +82,12 @@ impl BusOutbox {
         db: &impl ConnectionTrait,
         message: &OutgoingMessage,
     ) -> Result<Uuid, StoreError> {
-        let mut values = vec![
-            Value::ChronoDateTimeUtc(Some(Box::new(Utc::now()))),
-            self.config.channel().to_owned().into(),
-        ];
-        values.extend(message_values(message)?);
+        let statement =
+            self.config
+                .sql()
+                .bus_insert(Utc::now(), self.config.channel(), message)?;
         let row = db
-            .query_one(stmt(&self.config.sql().bus_insert, values))
+            .query_one(statement)
             .await?
             .ok_or_else(|| {
                 StoreError::new(
@@ -96,7 +95,7 @@ impl BusOutbox {
                     "the outbox insert returned no row",
                 )
             })?;
-        Ok(row.try_get("", "outbox_id")?)
+        Ok(WrittenOutbox::from_query_result(&row, "")?.outbox_id)
     }
 }
 

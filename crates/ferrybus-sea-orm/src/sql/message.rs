@@ -1,40 +1,49 @@
 //! `OutboxMessage` rows ↔ [`OutgoingMessage`], in the column formats .NET writes and reads.
 
-use chrono::{DateTime, Utc};
 use ferrybus_core::envelope::ENVELOPE_CONTENT_TYPE;
 use ferrybus_core::{Envelope, Headers, OutgoingMessage};
-use sea_orm::{QueryResult, Value};
+use sea_orm::sea_query::{Alias, Expr, SimpleExpr};
+use sea_orm::{FromQueryResult, IdenStatic, Iterable, QueryResult, Value};
 use serde_json::Value as Json;
 use uuid::Uuid;
 
+use super::names::Names;
+use crate::entity::outbox_message::{Column, Model};
 use crate::error::StoreError;
 
-/// How many values [`message_values`] produces per message.
-pub(crate) const MESSAGE_VALUE_COUNT: usize = 16;
-
-/// The values of one outbox row, in the order of the rendered column list: `SentTime`,
-/// `Headers`, `Properties`, `MessageId`, `ContentType`, `MessageType`, `Body`, the four ids, the
-/// four addresses, `ExpirationTime`.
-pub(crate) fn message_values(message: &OutgoingMessage) -> Result<Vec<Value>, StoreError> {
+/// The columns ferrybus writes for one message and their values, in one list (so the column
+/// list and the values cannot drift apart): `SentTime`, `Headers`, `Properties`, `MessageId`,
+/// `ContentType`, `MessageType`, `Body`, the four ids, the four addresses, `ExpirationTime`.
+pub(crate) fn message_values(
+    names: &Names,
+    message: &OutgoingMessage,
+) -> Result<Vec<(Column, SimpleExpr)>, StoreError> {
     let body = std::str::from_utf8(&message.body)
         .map_err(|e| StoreError::encode(format!("message body is not UTF-8 text: {e}")))?;
+    let v = |value: Value| -> SimpleExpr { Expr::val(value).into() };
     Ok(vec![
-        Value::ChronoDateTimeUtc(Some(Box::new(message.sent_time))),
-        headers_json(&message.headers)?.into(),
-        properties_json(message)?.into(),
-        message.message_id.into(),
-        message.content_type.clone().into(),
-        message.message_type.join(";").into(),
-        body.to_owned().into(),
-        message.conversation_id.into(),
-        message.correlation_id.into(),
-        message.initiator_id.into(),
-        message.request_id.into(),
-        message.source_address.clone().into(),
-        Some(message.destination_address.clone()).into(),
-        message.response_address.clone().into(),
-        message.fault_address.clone().into(),
-        Value::ChronoDateTimeUtc(message.expiration_time.map(Box::new)),
+        (Column::SentTime, names.ts(message.sent_time)),
+        (Column::Headers, v(headers_json(&message.headers)?.into())),
+        (Column::Properties, v(properties_json(message)?.into())),
+        (Column::MessageId, v(message.message_id.into())),
+        (Column::ContentType, v(message.content_type.clone().into())),
+        (Column::MessageType, v(message.message_type.join(";").into())),
+        (Column::Body, v(body.to_owned().into())),
+        (Column::ConversationId, v(message.conversation_id.into())),
+        (Column::CorrelationId, v(message.correlation_id.into())),
+        (Column::InitiatorId, v(message.initiator_id.into())),
+        (Column::RequestId, v(message.request_id.into())),
+        (Column::SourceAddress, v(message.source_address.clone().into())),
+        (
+            Column::DestinationAddress,
+            v(Some(message.destination_address.clone()).into()),
+        ),
+        (Column::ResponseAddress, v(message.response_address.clone().into())),
+        (Column::FaultAddress, v(message.fault_address.clone().into())),
+        (
+            Column::ExpirationTime,
+            v(names.ts_value(message.expiration_time)),
+        ),
     ])
 }
 
@@ -74,35 +83,46 @@ pub(crate) struct StoredRow {
     pub(crate) message: Option<OutgoingMessage>,
 }
 
-/// Reads a row selected with the rendered message column list.
+/// Every column of the message table under alias `a`, named as the entity's columns (so the row
+/// decodes into [`Model`]): sequence numbers as `bigint` (legacy tables have `integer`
+/// identities), time columns as `timestamptz`.
+pub(crate) fn message_columns(names: &Names, a: &'static str) -> Vec<(SimpleExpr, Alias)> {
+    Column::iter()
+        .map(|col| {
+            let expr = names.ac(a, col);
+            let expr = match col {
+                Column::SequenceNumber => expr.cast_as(Alias::new("bigint")),
+                Column::EnqueueTime | Column::SentTime | Column::ExpirationTime => {
+                    names.ts_read(expr)
+                }
+                _ => expr,
+            };
+            (expr, Alias::new(col.as_str()))
+        })
+        .collect()
+}
+
+/// Turns a row selected with [`message_columns`] into a message to send.
 pub(crate) fn read_message(row: &QueryResult) -> Result<StoredRow, StoreError> {
-    let text = |name: &str| -> Result<Option<String>, StoreError> {
-        row.try_get::<Option<String>>("", name)
-            .map_err(StoreError::database)
-    };
-    let guid = |name: &str| -> Result<Option<Uuid>, StoreError> {
-        text(name)?
-            .map(|s| Uuid::parse_str(&s).map_err(|e| StoreError::decode(format!("{name}: {e}"))))
-            .transpose()
-    };
-    let seq: i64 = row.try_get("", "seq").map_err(StoreError::database)?;
-    let outbox_id = guid("outbox_id")?;
-    let Some(destination) = text("destination_address")?.filter(|d| !d.is_empty()) else {
+    let model =
+        Model::from_query_result(row, "").map_err(|e| StoreError::decode(e.to_string()))?;
+    let seq = model.sequence_number;
+    let outbox_id = model.outbox_id;
+    let Some(destination) = model.destination_address.filter(|d| !d.is_empty()) else {
         return Ok(StoredRow {
             seq,
             outbox_id,
             message: None,
         });
     };
-    let sent_time: Option<DateTime<Utc>> =
-        row.try_get("", "sent_time").map_err(StoreError::database)?;
-    let expiration_time: Option<DateTime<Utc>> = row
-        .try_get("", "expiration_time")
-        .map_err(StoreError::database)?;
-    let body = text("body")?.unwrap_or_default();
-    let content_type = text("content_type")?.unwrap_or_else(|| ENVELOPE_CONTENT_TYPE.to_owned());
-    let mut message_type: Vec<String> = text("message_type")?
-        .unwrap_or_default()
+    let body = model.body;
+    let content_type = if model.content_type.is_empty() {
+        ENVELOPE_CONTENT_TYPE.to_owned()
+    } else {
+        model.content_type
+    };
+    let mut message_type: Vec<String> = model
+        .message_type
         .split(';')
         .map(str::trim)
         .filter(|t| !t.is_empty())
@@ -115,21 +135,21 @@ pub(crate) fn read_message(row: &QueryResult) -> Result<StoredRow, StoreError> {
         }
     }
     let mut message = OutgoingMessage {
-        message_id: guid("message_id")?.ok_or_else(|| StoreError::decode("MessageId is NULL"))?,
-        conversation_id: guid("conversation_id")?,
-        correlation_id: guid("correlation_id")?,
-        initiator_id: guid("initiator_id")?,
-        request_id: guid("request_id")?,
-        source_address: text("source_address")?,
+        message_id: model.message_id,
+        conversation_id: model.conversation_id,
+        correlation_id: model.correlation_id,
+        initiator_id: model.initiator_id,
+        request_id: model.request_id,
+        source_address: model.source_address,
         destination_address: destination,
-        response_address: text("response_address")?,
-        fault_address: text("fault_address")?,
+        response_address: model.response_address,
+        fault_address: model.fault_address,
         message_type,
         content_type,
         body: body.into_bytes().into(),
-        headers: read_headers(text("headers")?.as_deref()),
-        sent_time: sent_time.unwrap_or_else(Utc::now),
-        expiration_time,
+        headers: read_headers(model.headers.as_deref()),
+        sent_time: model.sent_time,
+        expiration_time: model.expiration_time,
         publish_bindings: Vec::new(),
     };
     message.derive_publish_bindings();
@@ -152,16 +172,4 @@ fn read_headers(text: Option<&str>) -> Headers {
             Headers::new()
         }
     }
-}
-
-/// A PostgreSQL array literal of uuids (`{a,b}`), bound as text and cast in SQL.
-pub(crate) fn uuid_array(ids: &[Uuid]) -> String {
-    let inner: Vec<String> = ids.iter().map(Uuid::to_string).collect();
-    format!("{{{}}}", inner.join(","))
-}
-
-/// A PostgreSQL array literal of integers.
-pub(crate) fn int_array(values: &[i64]) -> String {
-    let inner: Vec<String> = values.iter().map(i64::to_string).collect();
-    format!("{{{}}}", inner.join(","))
 }

@@ -1,25 +1,54 @@
-//! Every SQL statement ferrybus runs, rendered once per [`Tables`] with quoted identifiers and
-//! `$n` parameters.
+//! Every SQL statement ferrybus runs on the three tables, built with sea-query for one
+//! [`Tables`]: identifiers quoted by sea-query, every value bound (arrays as native PostgreSQL
+//! arrays), column lists taken from the entities, rows decoded with `FromQueryResult`.
+//!
+//! Which index serves which statement is written in `docs/inbox-outbox.md` ("Statements and
+//! indexes").
 
 mod message;
 pub(crate) mod names;
 
+use chrono::{DateTime, Utc};
+use ferrybus_core::OutgoingMessage;
+use sea_orm::sea_query::{
+    extension::postgres::PgExpr, Alias, Asterisk, CommonTableExpression, Expr, Func,
+    LockBehavior, LockType, OnConflict, Order, PgFunc, Query, SimpleExpr, WindowStatement,
+};
 use sea_orm::{
-    ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, IsolationLevel, Statement,
-    TransactionTrait, Value,
+    ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, FromQueryResult,
+    IsolationLevel, Statement, StatementBuilder, TransactionTrait,
 };
+use uuid::Uuid;
 
-pub(crate) use message::{
-    int_array, message_values, read_message, uuid_array, StoredRow, MESSAGE_VALUE_COUNT,
-};
-use names::{Col, Names};
+pub(crate) use message::{message_values, read_message, StoredRow};
+use names::Names;
 
 use crate::config::Tables;
+use crate::consumer_outbox::InboxKey;
+use crate::entity::{inbox_state as inbox, outbox_message as msg, outbox_state as state};
+use crate::entity::OutboxTable;
 use crate::error::StoreError;
 
-/// Builds a PostgreSQL statement.
-pub(crate) fn stmt(sql: &str, values: impl IntoIterator<Item = Value>) -> Statement {
-    Statement::from_sql_and_values(DbBackend::Postgres, sql, values)
+/// Builds a sea-query statement for PostgreSQL.
+pub(crate) fn build(statement: &impl StatementBuilder) -> Statement {
+    DbBackend::Postgres.build(statement)
+}
+
+/// `expr AS alias`, for `RETURNING` lists: sea-query 0.32's `RETURNING` takes expressions but
+/// no aliases. The alias is a fixed lowercase literal (joined at compile time), the expression
+/// is built by sea-query.
+macro_rules! named {
+    ($expr:expr, $alias:literal) => {
+        Expr::cust_with_expr(concat!("$1 AS ", $alias), SimpleExpr::from($expr))
+    };
+}
+
+fn bigint(expr: impl Into<SimpleExpr>) -> SimpleExpr {
+    expr.into().cast_as(Alias::new("bigint"))
+}
+
+fn alias(name: &'static str) -> Alias {
+    Alias::new(name)
 }
 
 /// Begins READ COMMITTED transactions (whatever the server default is): a waiter on a row lock
@@ -76,371 +105,639 @@ impl Begin {
 }
 
 async fn default_is_read_committed(db: &DatabaseConnection) -> Result<bool, StoreError> {
-    let row = db
-        .query_one(stmt(
-            "SELECT current_setting('default_transaction_isolation') AS level",
-            [],
-        ))
-        .await?;
+    let query = Query::select()
+        .expr_as(
+            Func::cust(Alias::new("current_setting")).arg("default_transaction_isolation"),
+            Alias::new("level"),
+        )
+        .to_owned();
+    let row = db.query_one(build(&query)).await?;
     let level: Option<String> = row.map(|r| r.try_get("", "level")).transpose()?;
     Ok(level.is_some_and(|l| l.eq_ignore_ascii_case("read committed")))
 }
 
-/// The all-zero GUID MassTransit writes as a fresh `OutboxState.LockId`.
-const NIL_UUID: &str = "'00000000-0000-0000-0000-000000000000'::uuid";
 
-/// The rendered statements for one set of tables.
+/// The rendered-per-call statements for one set of tables.
 #[derive(Debug)]
 pub(crate) struct Sql {
     pub(crate) names: Names,
-    pub(crate) inbox_insert: String,
-    pub(crate) inbox_relock: String,
-    pub(crate) inbox_lock: String,
-    pub(crate) inbox_lock_async_commit: String,
-    pub(crate) inbox_consumed_delivered: String,
-    pub(crate) inbox_delivered: String,
-    pub(crate) inbox_progress: String,
-    pub(crate) inbox_messages: String,
-    pub(crate) bus_insert: String,
-    pub(crate) claim_outboxes: String,
-    pub(crate) outbox_messages: String,
-    pub(crate) delete_outbox_messages: String,
-    pub(crate) delete_outbox_states: String,
-    pub(crate) outbox_progress: String,
-    pub(crate) sweep_claim: String,
-    pub(crate) cleanup: String,
-    pub(crate) pending_bus_outbox: String,
 }
+
+/// The state of an inbox row, as the lock and relock statements return it.
+#[derive(Clone, Copy, Debug, FromQueryResult)]
+pub(crate) struct RowState {
+    pub(crate) consumed: bool,
+    pub(crate) delivered: bool,
+    pub(crate) last_sequence_number: Option<i64>,
+}
+
+/// A claimed bus outbox.
+#[derive(Debug, FromQueryResult)]
+pub(crate) struct ClaimedOutbox {
+    pub(crate) outbox_id: Uuid,
+    pub(crate) delivered: bool,
+}
+
+/// An inbox row the sweeper claimed.
+#[derive(Debug, FromQueryResult)]
+pub(crate) struct StrandedInbox {
+    pub(crate) message_id: Uuid,
+    pub(crate) consumer_id: Uuid,
+    pub(crate) last_sequence_number: Option<i64>,
+}
+
+/// One returned sequence number.
+#[derive(Debug, FromQueryResult)]
+pub(crate) struct Seq {
+    pub(crate) seq: i64,
+}
+
+/// One returned outbox id.
+#[derive(Debug, FromQueryResult)]
+pub(crate) struct WrittenOutbox {
+    pub(crate) outbox_id: Uuid,
+}
+
+/// One count.
+#[derive(Debug, FromQueryResult)]
+pub(crate) struct Pending {
+    pub(crate) pending: i64,
+}
+
+/// How many values one consumer-outbox message binds in [`Sql::insert_inbox_messages`] (the
+/// inbox key and the written columns).
+pub(crate) const BINDS_PER_MESSAGE: usize = 2 + 16;
+
+use OutboxTable::{InboxState as INBOX, OutboxMessage as MESSAGE, OutboxState as STATE};
 
 impl Sql {
     pub(crate) fn new(tables: &Tables) -> Self {
-        let n = Names::new(tables);
-        let key = format!(
-            "{} = $1 AND {} = $2",
-            n.c(Col::MessageId),
-            n.c(Col::ConsumerId)
-        );
-        let state_flags = format!(
-            "{} IS NOT NULL AS consumed, {} IS NOT NULL AS delivered, {}::bigint AS last_sequence_number",
-            n.c(Col::Consumed),
-            n.c(Col::Delivered),
-            n.c(Col::LastSequenceNumber)
-        );
         Self {
-            inbox_insert: inbox_insert(&n),
-            inbox_relock: format!(
-                "UPDATE {} SET {lock} = $3, {rc} = {rc} + 1 WHERE {key} RETURNING {state_flags}",
-                n.inbox,
-                lock = n.c(Col::LockId),
-                rc = n.c(Col::ReceiveCount),
-            ),
-            inbox_lock: format!("SELECT {state_flags} FROM {} WHERE {key} FOR UPDATE", n.inbox),
-            // `set_config(…, true)` is `SET LOCAL`: this transaction only, no extra round trip.
-            inbox_lock_async_commit: format!(
-                "SELECT {state_flags}, set_config('synchronous_commit', 'off', true) AS sc \
-                 FROM {} WHERE {key} FOR UPDATE",
-                n.inbox
-            ),
-            inbox_consumed_delivered: format!(
-                "UPDATE {} SET {} = {ts}, {} = {ts} WHERE {key}",
-                n.inbox,
-                n.c(Col::Consumed),
-                n.c(Col::Delivered),
-                ts = n.ts_param(3)
-            ),
-            inbox_delivered: inbox_finish(&n, true),
-            inbox_progress: inbox_finish(&n, false),
-            inbox_messages: format!(
-                "SELECT {} FROM {} m WHERE m.{} = $1 AND m.{} = $2 AND m.{} > $3 ORDER BY m.{}",
-                message_columns(&n, "m"),
-                n.message,
-                n.c(Col::InboxMessageId),
-                n.c(Col::InboxConsumerId),
-                n.c(Col::SequenceNumber),
-                n.c(Col::SequenceNumber)
-            ),
-            bus_insert: bus_insert(&n),
-            claim_outboxes: claim_outboxes(&n),
-            outbox_messages: outbox_messages(&n),
-            // Two deletes rather than one with `OR`: an `OR` of the two `= ANY(…)` conditions
-            // made PostgreSQL scan the whole table, parsing the array parameter for every row
-            // (~170 ms per pass at 4 000 rows); each half uses its index. The two sets are
-            // disjoint (completed outboxes / sent rows of partly sent ones).
-            delete_outbox_messages: format!(
-                "WITH complete AS (DELETE FROM {msg} WHERE {} = ANY($1::text::uuid[])) \
-                 DELETE FROM {msg} WHERE {} = ANY($2::text::bigint[])",
-                n.c(Col::OutboxId),
-                n.c(Col::SequenceNumber),
-                msg = n.message,
-            ),
-            delete_outbox_states: format!(
-                "DELETE FROM {} WHERE {} = ANY($1::text::uuid[])",
-                n.state,
-                n.c(Col::OutboxId)
-            ),
-            outbox_progress: format!(
-                "UPDATE {} SET {} = $2 WHERE {} = $1",
-                n.state,
-                n.c(Col::LastSequenceNumber),
-                n.c(Col::OutboxId)
-            ),
-            sweep_claim: sweep_claim(&n),
-            cleanup: cleanup(&n),
-            pending_bus_outbox: format!(
-                "SELECT ((SELECT count(*) FROM {}) + (SELECT count(*) FROM {} WHERE {} IS NOT NULL))::bigint AS pending",
-                n.state,
-                n.message,
-                n.c(Col::OutboxId)
-            ),
-            names: n,
+            names: Names::new(tables),
         }
     }
 
-    /// A multi-row insert of `count` consumer-outbox messages: `$1` inbox message id, `$2`
-    /// consumer id, then [`MESSAGE_VALUE_COUNT`] values per message; returns the sequence numbers
-    /// in insertion order. With `mark_pending`, the same statement also sets the inbox row's
-    /// `Consumed` to the last parameter (`$3 + count × MESSAGE_VALUE_COUNT`, now) and clears
-    /// `Delivered` (a data-modifying CTE): consumed, messages to send.
-    pub(crate) fn insert_inbox_messages(&self, count: usize, mark_pending: bool) -> String {
+    /// `MessageId = key AND ConsumerId = key` on the inbox table.
+    fn inbox_key(&self, key: InboxKey) -> SimpleExpr {
         let n = &self.names;
-        let mut rows = Vec::with_capacity(count);
-        for i in 0..count {
-            let first = 3 + i * MESSAGE_VALUE_COUNT;
-            rows.push(format!(
-                "($1, $2, NULL, {})",
-                message_placeholders(n, first)
-            ));
-        }
-        let cte = if mark_pending {
-            format!(
-                "WITH pending AS (UPDATE {} SET {} = {}, {} = NULL WHERE {} = $1 AND {} = $2) ",
-                n.inbox,
-                n.c(Col::Consumed),
-                n.ts_param(3 + count * MESSAGE_VALUE_COUNT),
-                n.c(Col::Delivered),
-                n.c(Col::MessageId),
-                n.c(Col::ConsumerId),
-            )
-        } else {
-            String::new()
+        Expr::col(n.c(inbox::Column::MessageId))
+            .eq(key.message_id)
+            .and(Expr::col(n.c(inbox::Column::ConsumerId)).eq(key.consumer_id))
+    }
+
+    /// `InboxMessageId = key AND InboxConsumerId = key` on the message table (alias `a` or none).
+    fn message_key(&self, a: Option<&'static str>, key: InboxKey) -> SimpleExpr {
+        let n = &self.names;
+        let col = |c: msg::Column| match a {
+            Some(a) => n.ac(a, c),
+            None => n.e(c),
         };
-        format!(
-            "{cte}INSERT INTO {} ({}, {}, {}, {}) VALUES {} RETURNING {}::bigint AS seq",
-            n.message,
-            n.c(Col::InboxMessageId),
-            n.c(Col::InboxConsumerId),
-            n.c(Col::OutboxId),
-            message_column_list(n),
-            rows.join(", "),
-            n.c(Col::SequenceNumber)
-        )
+        Expr::expr(col(msg::Column::InboxMessageId))
+            .eq(key.message_id)
+            .and(Expr::expr(col(msg::Column::InboxConsumerId)).eq(key.consumer_id))
+    }
+
+    /// `Consumed IS NOT NULL AS consumed, Delivered IS NOT NULL AS delivered,
+    /// LastSequenceNumber::bigint AS last_sequence_number` ([`RowState`]).
+    fn state_flags(&self) -> [(SimpleExpr, Alias); 3] {
+        let n = &self.names;
+        [
+            (
+                Expr::col(n.c(inbox::Column::Consumed)).is_not_null(),
+                alias("consumed"),
+            ),
+            (
+                Expr::col(n.c(inbox::Column::Delivered)).is_not_null(),
+                alias("delivered"),
+            ),
+            (
+                bigint(n.e(inbox::Column::LastSequenceNumber)),
+                alias("last_sequence_number"),
+            ),
+        ]
+    }
+
+    /// The inbox row, written already `Consumed` and `Delivered`: it only becomes visible when
+    /// the consumer's transaction commits (and disappears with a rollback), so "consumed,
+    /// nothing to send" costs no second write. A consumer that publishes clears `Delivered` in
+    /// the statement that writes its messages. Nothing happens when the row exists.
+    pub(crate) fn inbox_insert(&self, key: InboxKey, lock_id: Uuid, now: DateTime<Utc>) -> Statement {
+        let n = &self.names;
+        let query = Query::insert()
+            .into_table(n.table(INBOX))
+            .columns([
+                n.c(inbox::Column::MessageId),
+                n.c(inbox::Column::ConsumerId),
+                n.c(inbox::Column::LockId),
+                n.c(inbox::Column::Received),
+                n.c(inbox::Column::ReceiveCount),
+                n.c(inbox::Column::Consumed),
+                n.c(inbox::Column::Delivered),
+            ])
+            .values_panic([
+                key.message_id.into(),
+                key.consumer_id.into(),
+                lock_id.into(),
+                n.ts(now),
+                0i32.into(),
+                n.ts(now),
+                n.ts(now),
+            ])
+            .on_conflict(
+                OnConflict::columns([
+                    n.c(inbox::Column::MessageId),
+                    n.c(inbox::Column::ConsumerId),
+                ])
+                .do_nothing()
+                .to_owned(),
+            )
+            .to_owned();
+        build(&query)
+    }
+
+    /// Takes an existing inbox row: new `LockId`, `ReceiveCount + 1`; returns its [`RowState`]
+    /// (waits for the row lock of a concurrent first copy).
+    pub(crate) fn inbox_relock(&self, key: InboxKey, lock_id: Uuid) -> Statement {
+        let n = &self.names;
+        let rc = n.c(inbox::Column::ReceiveCount);
+        let [consumed, delivered, last] = self.state_flags().map(|(e, _)| e);
+        let query = Query::update()
+            .table(n.table(INBOX))
+            .value(n.c(inbox::Column::LockId), lock_id)
+            .value(rc.clone(), Expr::col(rc).add(1))
+            .and_where(self.inbox_key(key))
+            .returning(Query::returning().exprs([
+                named!(consumed, "consumed"),
+                named!(delivered, "delivered"),
+                named!(last, "last_sequence_number"),
+            ]))
+            .to_owned();
+        build(&query)
+    }
+
+    /// Locks the inbox row (`FOR UPDATE`) and returns its [`RowState`]; `async_commit` also
+    /// turns off `synchronous_commit` for the rest of the transaction, in the same statement
+    /// (`set_config(…, true)` is `SET LOCAL`).
+    pub(crate) fn inbox_lock(&self, key: InboxKey, async_commit: bool) -> Statement {
+        let n = &self.names;
+        let mut query = Query::select();
+        for (expr, name) in self.state_flags() {
+            query.expr_as(expr, name);
+        }
+        if async_commit {
+            query.expr_as(
+                Func::cust(alias("set_config")).args([
+                    SimpleExpr::from("synchronous_commit"),
+                    SimpleExpr::from("off"),
+                    SimpleExpr::from(true),
+                ]),
+                alias("sc"),
+            );
+        }
+        query
+            .from(n.table(INBOX))
+            .and_where(self.inbox_key(key))
+            .lock(LockType::Update);
+        build(&query)
+    }
+
+    /// Marks an older, unconsumed inbox row consumed and delivered.
+    pub(crate) fn inbox_consumed_delivered(&self, key: InboxKey, now: DateTime<Utc>) -> Statement {
+        let n = &self.names;
+        let query = Query::update()
+            .table(n.table(INBOX))
+            .value(n.c(inbox::Column::Consumed), n.ts(now))
+            .value(n.c(inbox::Column::Delivered), n.ts(now))
+            .and_where(self.inbox_key(key))
+            .to_owned();
+        build(&query)
+    }
+
+    /// Records sent consumer-outbox messages on the (locked) inbox row, in one statement: the
+    /// sent rows are deleted (all of them when `complete`, else those up to `last`),
+    /// `LastSequenceNumber` becomes `last` (when something was sent), `LockId` changes, and
+    /// `complete` also sets `Delivered`.
+    pub(crate) fn inbox_finish(
+        &self,
+        key: InboxKey,
+        now: DateTime<Utc>,
+        last: Option<i64>,
+        lock_id: Uuid,
+        complete: bool,
+    ) -> Statement {
+        let n = &self.names;
+        let mut sent = Query::delete();
+        sent.from_table(n.table(MESSAGE))
+            .and_where(self.message_key(None, key));
+        if !complete {
+            sent.and_where(Expr::col(n.c(msg::Column::SequenceNumber)).lte(last));
+        }
+        let lsn = n.c(inbox::Column::LastSequenceNumber);
+        let mut query = Query::update();
+        query.table(n.table(INBOX));
+        if complete {
+            query.value(n.c(inbox::Column::Delivered), n.ts(now));
+        }
+        query
+            .value(
+                lsn.clone(),
+                Func::coalesce([Expr::val(last).into(), Expr::col(lsn).into()]),
+            )
+            .value(n.c(inbox::Column::LockId), lock_id)
+            .and_where(self.inbox_key(key))
+            .with_cte(
+                CommonTableExpression::new()
+                    .query(sent)
+                    .table_name(alias("sent"))
+                    .to_owned(),
+            );
+        build(&query)
+    }
+
+    /// The consumer-outbox messages of `key` after sequence number `after`, in order.
+    pub(crate) fn inbox_messages(&self, key: InboxKey, after: i64) -> Statement {
+        let n = &self.names;
+        let mut query = Query::select();
+        for (expr, name) in message::message_columns(n, "m") {
+            query.expr_as(expr, name);
+        }
+        query
+            .from(n.table_as(MESSAGE, "m"))
+            .and_where(self.message_key(Some("m"), key))
+            .and_where(Expr::expr(n.ac("m", msg::Column::SequenceNumber)).gt(after))
+            .order_by_expr(n.ac("m", msg::Column::SequenceNumber), Order::Asc);
+        build(&query)
+    }
+
+    /// A multi-row insert of consumer-outbox messages of `key` ([`BINDS_PER_MESSAGE`] values
+    /// each) returning their sequence numbers in insertion order ([`Seq`]). With `pending_at`
+    /// the same statement also sets the inbox row's `Consumed` and clears `Delivered` (a
+    /// data-modifying CTE): consumed, messages to send.
+    pub(crate) fn insert_inbox_messages(
+        &self,
+        key: InboxKey,
+        messages: &[OutgoingMessage],
+        pending_at: Option<DateTime<Utc>>,
+    ) -> Result<Statement, StoreError> {
+        let n = &self.names;
+        let mut query = Query::insert();
+        query.into_table(n.table(MESSAGE));
+        for (i, message) in messages.iter().enumerate() {
+            let values = message_values(n, message)?;
+            if i == 0 {
+                let mut columns = vec![
+                    n.c(msg::Column::InboxMessageId),
+                    n.c(msg::Column::InboxConsumerId),
+                ];
+                columns.extend(values.iter().map(|(c, _)| n.c(*c)));
+                query.columns(columns);
+            }
+            let mut row: Vec<SimpleExpr> = vec![key.message_id.into(), key.consumer_id.into()];
+            row.extend(values.into_iter().map(|(_, v)| v));
+            query.values(row).map_err(|e| StoreError::encode(e.to_string()))?;
+        }
+        query.returning(Query::returning().expr(named!(
+            bigint(n.e(msg::Column::SequenceNumber)),
+            "seq"
+        )));
+        if let Some(now) = pending_at {
+            let pending = Query::update()
+                .table(n.table(INBOX))
+                .value(n.c(inbox::Column::Consumed), n.ts(now))
+                .value(n.c(inbox::Column::Delivered), Expr::val(n.ts_value(None)))
+                .and_where(self.inbox_key(key))
+                .to_owned();
+            query.with_cte(
+                CommonTableExpression::new()
+                    .query(pending)
+                    .table_name(alias("pending"))
+                    .to_owned(),
+            );
+        }
+        Ok(build(&query))
+    }
+
+    /// One bus-outbox message: the state row of the current transaction's outbox (created on
+    /// the first message; its id derived from the transaction id), the message row, and a
+    /// `NOTIFY` on `channel`, in one statement; returns the outbox id ([`WrittenOutbox`]).
+    pub(crate) fn bus_insert(
+        &self,
+        now: DateTime<Utc>,
+        channel: &str,
+        message: &OutgoingMessage,
+    ) -> Result<Statement, StoreError> {
+        let n = &self.names;
+        // md5('ferrybus-outbox:' || txid_current()::text)::uuid
+        let outbox_id = || -> SimpleExpr {
+            let txid = SimpleExpr::from(Func::cust(alias("txid_current")))
+                .cast_as(alias("text"));
+            SimpleExpr::from(Func::md5(Expr::val("ferrybus-outbox:").concat(txid)))
+                .cast_as(alias("uuid"))
+        };
+        let oid = n.c(state::Column::OutboxId);
+        let state_row = Query::insert()
+            .into_table(n.table(STATE))
+            .columns([
+                oid.clone(),
+                n.c(state::Column::LockId),
+                n.c(state::Column::Created),
+            ])
+            .values_panic([outbox_id(), Uuid::nil().into(), n.ts(now)])
+            .on_conflict(OnConflict::column(oid.clone()).do_nothing().to_owned())
+            .to_owned();
+        let values = message_values(n, message)?;
+        let mut columns = vec![n.c(msg::Column::OutboxId)];
+        columns.extend(values.iter().map(|(c, _)| n.c(*c)));
+        let mut select = Query::select();
+        select.expr(outbox_id());
+        select.exprs(values.into_iter().map(|(_, v)| v));
+        select.from_subquery(
+            Query::select()
+                .expr(Func::cust(alias("pg_notify")).args([SimpleExpr::from(channel), SimpleExpr::from("")]))
+                .to_owned(),
+            alias("notified"),
+        );
+        let mut query = Query::insert();
+        query
+            .into_table(n.table(MESSAGE))
+            .columns(columns)
+            .select_from(select)
+            .map_err(|e| StoreError::encode(e.to_string()))?;
+        query
+            .returning(Query::returning().expr(named!(
+                Expr::col(n.c(msg::Column::OutboxId)),
+                "outbox_id"
+            )))
+            .with_cte(
+                CommonTableExpression::new()
+                    .query(state_row)
+                    .table_name(alias("state"))
+                    .to_owned(),
+            );
+        Ok(build(&query))
+    }
+
+    /// Claims up to `limit` bus outboxes, oldest first, skipping `excluded` (backed off) and
+    /// rows other workers hold ([`ClaimedOutbox`]).
+    pub(crate) fn claim_outboxes(&self, excluded: &[Uuid], limit: u64) -> Statement {
+        let n = &self.names;
+        let oid = n.c(state::Column::OutboxId);
+        let query = Query::select()
+            .expr_as(Expr::col(oid.clone()), alias("outbox_id"))
+            .expr_as(
+                Expr::col(n.c(state::Column::Delivered)).is_not_null(),
+                alias("delivered"),
+            )
+            .from(n.table(STATE))
+            .and_where(
+                Expr::col(oid)
+                    .eq(PgFunc::any(Expr::val(excluded.to_vec())))
+                    .not(),
+            )
+            .order_by(n.c(state::Column::Created), Order::Asc)
+            .limit(limit)
+            .lock_with_behavior(LockType::Update, LockBehavior::SkipLocked)
+            .to_owned();
+        build(&query)
+    }
+
+    /// The unsent messages of the claimed outboxes `ids`, at most `per_outbox + 1` each (one
+    /// more tells whether the outbox is complete), ordered by outbox and sequence number.
+    pub(crate) fn outbox_messages(&self, ids: &[Uuid], per_outbox: u64) -> Statement {
+        let n = &self.names;
+        let (m, s, x) = (alias("m"), alias("s"), alias("x"));
+        let oid = n.c(msg::Column::OutboxId);
+        let seq = n.c(msg::Column::SequenceNumber);
+        let inner = Query::select()
+            .column((m.clone(), Asterisk))
+            .expr_window_as(
+                Func::cust(alias("row_number")),
+                WindowStatement::partition_by((m.clone(), oid.clone()))
+                    .order_by((m.clone(), seq.clone()), Order::Asc)
+                    .to_owned(),
+                alias("fb_rn"),
+            )
+            .from(n.table_as(MESSAGE, "m"))
+            .inner_join(
+                n.table_as(STATE, "s"),
+                Expr::col((s.clone(), n.c(state::Column::OutboxId)))
+                    .equals((m.clone(), oid.clone())),
+            )
+            .and_where(Expr::col((m.clone(), oid.clone())).eq(PgFunc::any(Expr::val(ids.to_vec()))))
+            .and_where(Expr::col((m.clone(), seq.clone())).gt(Func::coalesce([
+                Expr::col((s, n.c(state::Column::LastSequenceNumber))).into(),
+                Expr::val(0).into(),
+            ])))
+            .to_owned();
+        let mut query = Query::select();
+        for (expr, name) in message::message_columns(n, "x") {
+            query.expr_as(expr, name);
+        }
+        query
+            .from_subquery(inner, x.clone())
+            .and_where(Expr::col((x.clone(), alias("fb_rn"))).lte(per_outbox.saturating_add(1)))
+            .order_by((x.clone(), oid), Order::Asc)
+            .order_by((x, seq), Order::Asc);
+        build(&query)
+    }
+
+    /// Deletes the messages of completed outboxes and the sent messages of partly sent ones.
+    ///
+    /// Two deletes rather than one with `OR`: an `OR` of the two `= ANY(…)` conditions made
+    /// PostgreSQL scan the whole table (~170 ms per pass at 4 000 rows); each half uses its
+    /// index. The two sets are disjoint (completed outboxes / sent rows of partly sent ones).
+    pub(crate) fn delete_outbox_messages(&self, complete: &[Uuid], sent: &[i64]) -> Statement {
+        let n = &self.names;
+        let by_outbox = Query::delete()
+            .from_table(n.table(MESSAGE))
+            .and_where(
+                Expr::col(n.c(msg::Column::OutboxId)).eq(PgFunc::any(Expr::val(complete.to_vec()))),
+            )
+            .to_owned();
+        let query = Query::delete()
+            .from_table(n.table(MESSAGE))
+            .and_where(
+                Expr::col(n.c(msg::Column::SequenceNumber))
+                    .eq(PgFunc::any(Expr::val(sent.to_vec()))),
+            )
+            .with_cte(
+                CommonTableExpression::new()
+                    .query(by_outbox)
+                    .table_name(alias("complete"))
+                    .to_owned(),
+            )
+            .to_owned();
+        build(&query)
+    }
+
+    /// Deletes the state rows of completed outboxes.
+    pub(crate) fn delete_outbox_states(&self, complete: &[Uuid]) -> Statement {
+        let n = &self.names;
+        let query = Query::delete()
+            .from_table(n.table(STATE))
+            .and_where(
+                Expr::col(n.c(state::Column::OutboxId)).eq(PgFunc::any(Expr::val(complete.to_vec()))),
+            )
+            .to_owned();
+        build(&query)
+    }
+
+    /// Records the last sent sequence number of a partly sent outbox.
+    pub(crate) fn outbox_progress(&self, id: Uuid, seq: i64) -> Statement {
+        let n = &self.names;
+        let query = Query::update()
+            .table(n.table(STATE))
+            .value(n.c(state::Column::LastSequenceNumber), seq)
+            .and_where(Expr::col(n.c(state::Column::OutboxId)).eq(id))
+            .to_owned();
+        build(&query)
+    }
+
+    /// Claims up to `limit` inbox rows consumed before `before` and not delivered, oldest first,
+    /// skipping rows a delivery holds ([`StrandedInbox`]).
+    pub(crate) fn sweep_claim(&self, before: DateTime<Utc>, limit: u64) -> Statement {
+        let n = &self.names;
+        let consumed = n.c(inbox::Column::Consumed);
+        let query = Query::select()
+            .expr_as(n.e(inbox::Column::MessageId), alias("message_id"))
+            .expr_as(n.e(inbox::Column::ConsumerId), alias("consumer_id"))
+            .expr_as(
+                bigint(n.e(inbox::Column::LastSequenceNumber)),
+                alias("last_sequence_number"),
+            )
+            .from(n.table(INBOX))
+            .and_where(Expr::col(n.c(inbox::Column::Delivered)).is_null())
+            .and_where(Expr::col(consumed.clone()).is_not_null())
+            .and_where(Expr::col(consumed.clone()).lt(n.ts(before)))
+            .order_by(consumed, Order::Asc)
+            .limit(limit)
+            .lock_with_behavior(LockType::Update, LockBehavior::SkipLocked)
+            .to_owned();
+        build(&query)
+    }
+
+    /// Deletes up to `limit` inbox rows delivered before `before`, oldest first, skipping rows
+    /// still referenced by an outbox message and rows locked by a delivery.
+    pub(crate) fn cleanup(&self, before: DateTime<Utc>, limit: u64) -> Statement {
+        let n = &self.names;
+        let id = n.c(inbox::Column::Id);
+        let referenced = Query::select()
+            .expr(Expr::val(1))
+            .from(n.table_as(MESSAGE, "m"))
+            .and_where(
+                Expr::expr(n.ac("m", msg::Column::InboxMessageId))
+                    .equals((alias("i"), n.c(inbox::Column::MessageId))),
+            )
+            .and_where(
+                Expr::expr(n.ac("m", msg::Column::InboxConsumerId))
+                    .equals((alias("i"), n.c(inbox::Column::ConsumerId))),
+            )
+            .to_owned();
+        let expired = Query::select()
+            .expr(n.ac("i", inbox::Column::Id))
+            .from(n.table_as(INBOX, "i"))
+            .and_where(Expr::expr(n.ac("i", inbox::Column::Delivered)).lt(n.ts(before)))
+            .and_where(Expr::exists(referenced).not())
+            .order_by_expr(n.ac("i", inbox::Column::Delivered), Order::Asc)
+            .limit(limit)
+            .lock_with_behavior(LockType::Update, LockBehavior::SkipLocked)
+            .to_owned();
+        let query = Query::delete()
+            .from_table(n.table(INBOX))
+            .and_where(Expr::col(id).in_subquery(expired))
+            .to_owned();
+        build(&query)
+    }
+
+    /// How many bus-outbox rows (states and messages) are waiting ([`Pending`]).
+    pub(crate) fn pending_bus_outbox(&self) -> Statement {
+        let n = &self.names;
+        let count = |table, filter: Option<SimpleExpr>| -> SimpleExpr {
+            let mut q = Query::select();
+            q.expr(Func::count(Expr::col(Asterisk))).from(n.table(table));
+            if let Some(filter) = filter {
+                q.and_where(filter);
+            }
+            SimpleExpr::SubQuery(None, Box::new(q.into_sub_query_statement()))
+        };
+        let total = count(STATE, None).add(count(
+            MESSAGE,
+            Some(Expr::col(n.c(msg::Column::OutboxId)).is_not_null()),
+        ));
+        let query = Query::select()
+            .expr_as(bigint(total), alias("pending"))
+            .to_owned();
+        build(&query)
     }
 }
 
-/// `$1` message id, `$2` consumer id, `$3` lock id, `$4` now. The row is written already
-/// `Consumed` and `Delivered`: it only becomes visible when the consumer's transaction commits
-/// (and disappears with a rollback), so "consumed, nothing to send" costs no second write. A
-/// consumer that publishes clears `Delivered` in the statement that writes its messages.
-fn inbox_insert(n: &Names) -> String {
-    format!(
-        "INSERT INTO {} ({mid}, {cid}, {}, {}, {}, {}, {}) VALUES ($1, $2, $3, {now}, 0, {now}, {now}) \
-         ON CONFLICT ({mid}, {cid}) DO NOTHING",
-        n.inbox,
-        n.c(Col::LockId),
-        n.c(Col::Received),
-        n.c(Col::ReceiveCount),
-        n.c(Col::Consumed),
-        n.c(Col::Delivered),
-        now = n.ts_param(4),
-        mid = n.c(Col::MessageId),
-        cid = n.c(Col::ConsumerId),
-    )
-}
 
-/// `$1` message id, `$2` consumer id, `$3` now, `$4` last sent sequence number (NULL when
-/// nothing was sent), `$5` new lock id. `complete` deletes every row of the key and sets
-/// `Delivered`; otherwise only rows up to `$4` are deleted.
-fn inbox_finish(n: &Names, complete: bool) -> String {
-    let (delete_filter, delivered) = if complete {
-        (
-            String::new(),
-            format!("{} = {}, ", n.c(Col::Delivered), n.ts_param(3)),
-        )
-    } else {
-        (
-            format!(" AND {} <= $4", n.c(Col::SequenceNumber)),
-            String::new(),
-        )
-    };
-    format!(
-        "WITH sent AS (DELETE FROM {msg} WHERE {imid} = $1 AND {icid} = $2{delete_filter}) \
-         UPDATE {inbox} SET {delivered}{last} = COALESCE($4, {last}), {lock} = $5 \
-         WHERE {mid} = $1 AND {cid} = $2",
-        msg = n.message,
-        inbox = n.inbox,
-        imid = n.c(Col::InboxMessageId),
-        icid = n.c(Col::InboxConsumerId),
-        last = n.c(Col::LastSequenceNumber),
-        lock = n.c(Col::LockId),
-        mid = n.c(Col::MessageId),
-        cid = n.c(Col::ConsumerId),
-    )
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::TimestampType;
+    use ferrybus_core::OutgoingMessage;
 
-/// The outbox message columns ferrybus writes, in [`message_values`] order.
-const WRITTEN: [Col; 16] = [
-    Col::SentTime,
-    Col::Headers,
-    Col::Properties,
-    Col::MessageId,
-    Col::ContentType,
-    Col::MessageType,
-    Col::Body,
-    Col::ConversationId,
-    Col::CorrelationId,
-    Col::InitiatorId,
-    Col::RequestId,
-    Col::SourceAddress,
-    Col::DestinationAddress,
-    Col::ResponseAddress,
-    Col::FaultAddress,
-    Col::ExpirationTime,
-];
+    fn message() -> OutgoingMessage {
+        OutgoingMessage {
+            message_id: Uuid::new_v4(),
+            conversation_id: None,
+            correlation_id: None,
+            initiator_id: None,
+            request_id: None,
+            source_address: None,
+            destination_address: "rabbitmq://localhost/x".into(),
+            response_address: None,
+            fault_address: None,
+            message_type: vec!["urn:message:A:B".into()],
+            content_type: "application/vnd.masstransit+json".into(),
+            body: b"{}".to_vec().into(),
+            headers: ferrybus_core::Headers::new(),
+            sent_time: Utc::now(),
+            expiration_time: None,
+            publish_bindings: Vec::new(),
+        }
+    }
 
-fn message_column_list(n: &Names) -> String {
-    WRITTEN
-        .iter()
-        .map(|c| n.c(*c))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-fn message_placeholders(n: &Names, first: usize) -> String {
-    WRITTEN
-        .iter()
-        .enumerate()
-        .map(|(i, c)| match c {
-            Col::SentTime | Col::ExpirationTime => n.ts_param(first + i),
-            _ => format!("${}", first + i),
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// The columns [`read_message`] reads, from table alias `a`.
-fn message_columns(n: &Names, a: &str) -> String {
-    let plain = [
-        (Col::Headers, "headers"),
-        (Col::MessageId, "message_id"),
-        (Col::ContentType, "content_type"),
-        (Col::MessageType, "message_type"),
-        (Col::Body, "body"),
-        (Col::ConversationId, "conversation_id"),
-        (Col::CorrelationId, "correlation_id"),
-        (Col::InitiatorId, "initiator_id"),
-        (Col::RequestId, "request_id"),
-        (Col::SourceAddress, "source_address"),
-        (Col::DestinationAddress, "destination_address"),
-        (Col::ResponseAddress, "response_address"),
-        (Col::FaultAddress, "fault_address"),
-        (Col::OutboxId, "outbox_id"),
-    ];
-    let mut cols = vec![
-        format!("{}::bigint AS seq", n.ac(a, Col::SequenceNumber)),
-        format!("{} AS sent_time", n.ts_read(&n.ac(a, Col::SentTime))),
-        format!(
-            "{} AS expiration_time",
-            n.ts_read(&n.ac(a, Col::ExpirationTime))
-        ),
-    ];
-    cols.extend(
-        plain
-            .iter()
-            .map(|(c, alias)| format!("{}::text AS {alias}", n.ac(a, *c))),
-    );
-    cols.join(", ")
-}
-
-/// One bus-outbox message: the state row of the current transaction's outbox (created on the
-/// first message), the message row, and a `NOTIFY`, in one statement. `$1` now, `$2` channel,
-/// then the message values from `$3`.
-fn bus_insert(n: &Names) -> String {
-    let outbox_id = "md5('ferrybus-outbox:' || txid_current()::text)::uuid";
-    format!(
-        "WITH state AS (INSERT INTO {state} ({oid}, {lock}, {created}) VALUES ({outbox_id}, {NIL_UUID}, {now}) \
-         ON CONFLICT ({oid}) DO NOTHING) \
-         INSERT INTO {msg} ({oid}, {cols}) SELECT {outbox_id}, {values} \
-         FROM (SELECT pg_notify($2, '')) AS notified RETURNING {oid} AS outbox_id",
-        state = n.state,
-        msg = n.message,
-        oid = n.c(Col::OutboxId),
-        lock = n.c(Col::LockId),
-        created = n.c(Col::Created),
-        now = n.ts_param(1),
-        cols = message_column_list(n),
-        values = message_placeholders(n, 3),
-    )
-}
-
-/// `$1` outbox ids to skip (backed off) as a `{…}` array text, `$2` how many to claim.
-fn claim_outboxes(n: &Names) -> String {
-    format!(
-        "SELECT {oid} AS outbox_id, {} IS NOT NULL AS delivered FROM {} \
-         WHERE NOT ({oid} = ANY($1::text::uuid[])) ORDER BY {} LIMIT $2 FOR UPDATE SKIP LOCKED",
-        n.c(Col::Delivered),
-        n.state,
-        n.c(Col::Created),
-        oid = n.c(Col::OutboxId),
-    )
-}
-
-/// `$1` claimed outbox ids, `$2` messages per outbox (one more is loaded to tell whether the
-/// outbox is complete).
-fn outbox_messages(n: &Names) -> String {
-    let seq = n.c(Col::SequenceNumber);
-    let oid = n.c(Col::OutboxId);
-    format!(
-        "SELECT {cols} FROM (SELECT m.*, row_number() OVER (PARTITION BY m.{oid} ORDER BY m.{seq}) AS fb_rn \
-         FROM {msg} m JOIN {state} s ON s.{oid} = m.{oid} \
-         WHERE m.{oid} = ANY($1::text::uuid[]) AND m.{seq} > COALESCE(s.{last}, 0)) x \
-         WHERE x.fb_rn <= $2 + 1 ORDER BY x.{oid}, x.{seq}",
-        cols = message_columns(n, "x"),
-        msg = n.message,
-        state = n.state,
-        last = n.c(Col::LastSequenceNumber),
-    )
-}
-
-/// `$1` consumed before, `$2` limit.
-fn sweep_claim(n: &Names) -> String {
-    format!(
-        "SELECT {}::uuid AS message_id, {}::uuid AS consumer_id, {}::bigint AS last_sequence_number \
-         FROM {} WHERE {} IS NULL AND {consumed} IS NOT NULL AND {consumed} < {} \
-         ORDER BY {consumed} LIMIT $2 FOR UPDATE SKIP LOCKED",
-        n.c(Col::MessageId),
-        n.c(Col::ConsumerId),
-        n.c(Col::LastSequenceNumber),
-        n.inbox,
-        n.c(Col::Delivered),
-        n.ts_param(1),
-        consumed = n.c(Col::Consumed),
-    )
-}
-
-/// `$1` delivered before, `$2` batch size.
-fn cleanup(n: &Names) -> String {
-    format!(
-        "DELETE FROM {inbox} WHERE {id} IN (SELECT i.{id} FROM {inbox} i WHERE i.{delivered} < {before} \
-         AND NOT EXISTS (SELECT 1 FROM {msg} m WHERE m.{imid} = i.{mid} AND m.{icid} = i.{cid}) \
-         ORDER BY i.{delivered} LIMIT $2 FOR UPDATE SKIP LOCKED)",
-        inbox = n.inbox,
-        msg = n.message,
-        id = n.c(Col::Id),
-        delivered = n.c(Col::Delivered),
-        before = n.ts_param(1),
-        imid = n.c(Col::InboxMessageId),
-        icid = n.c(Col::InboxConsumerId),
-        mid = n.c(Col::MessageId),
-        cid = n.c(Col::ConsumerId),
-    )
+    /// Prints every statement (run with `--nocapture` to read them) and checks that values are
+    /// bound, never inlined.
+    #[test]
+    fn statements_bind_every_value() {
+        for tables in [
+            Tables::new(),
+            Tables::dotnet_default().timestamps(TimestampType::WithoutTimeZone),
+        ] {
+            let sql = Sql::new(&tables);
+            let key = InboxKey {
+                message_id: Uuid::new_v4(),
+                consumer_id: Uuid::new_v4(),
+            };
+            let now = Utc::now();
+            let id = Uuid::new_v4();
+            let statements = [
+                sql.inbox_insert(key, id, now),
+                sql.inbox_relock(key, id),
+                sql.inbox_lock(key, true),
+                sql.inbox_consumed_delivered(key, now),
+                sql.inbox_finish(key, now, Some(3), id, true),
+                sql.inbox_finish(key, now, Some(3), id, false),
+                sql.inbox_messages(key, 0),
+                sql.insert_inbox_messages(key, &[message(), message()], Some(now)).unwrap(),
+                sql.bus_insert(now, "chan", &message()).unwrap(),
+                sql.claim_outboxes(&[id], 64),
+                sql.outbox_messages(&[id], 100),
+                sql.delete_outbox_messages(&[id], &[1, 2]),
+                sql.delete_outbox_states(&[id]),
+                sql.outbox_progress(id, 4),
+                sql.sweep_claim(now, 32),
+                sql.cleanup(now, 100),
+                sql.pending_bus_outbox(),
+            ];
+            for statement in statements {
+                println!("{}\n", statement.sql);
+                assert!(!statement.sql.contains(&id.to_string()), "{}", statement.sql);
+                assert!(!statement.sql.contains("chan"), "{}", statement.sql);
+            }
+        }
+    }
 }

@@ -1,147 +1,34 @@
-//! Identifiers: column names in either naming style, quoting, and EF-style constraint names.
+//! Identifiers for one [`Tables`]: sea-query table references and column names in either naming
+//! style (from the snake_case entities' columns), typed timestamps, and EF-style constraint
+//! names.
+
+use chrono::{DateTime, Utc};
+use sea_orm::sea_query::{Alias, BinOper, DynIden, Expr, IntoIden, SimpleExpr, TableRef};
+use sea_orm::{ColumnTrait, Value};
 
 use crate::config::{NamingStyle, Tables, TimestampType};
+use crate::entity::OutboxTable;
 
-/// Every column of the three tables, by its .NET property name.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Col {
-    Id,
-    MessageId,
-    ConsumerId,
-    LockId,
-    Received,
-    ReceiveCount,
-    ExpirationTime,
-    Consumed,
-    Delivered,
-    LastSequenceNumber,
-    OutboxId,
-    Created,
-    SequenceNumber,
-    EnqueueTime,
-    SentTime,
-    Headers,
-    Properties,
-    InboxMessageId,
-    InboxConsumerId,
-    ContentType,
-    MessageType,
-    Body,
-    ConversationId,
-    CorrelationId,
-    InitiatorId,
-    RequestId,
-    SourceAddress,
-    DestinationAddress,
-    ResponseAddress,
-    FaultAddress,
-    RowVersion,
+/// `message_id` → `MessageId`.
+pub(crate) fn pascal_case(snake: &str) -> String {
+    snake
+        .split('_')
+        .map(|part| {
+            let mut chars = part.chars();
+            match chars.next() {
+                Some(first) => first.to_uppercase().chain(chars).collect::<String>(),
+                None => String::new(),
+            }
+        })
+        .collect()
 }
 
-impl Col {
-    /// The .NET (PascalCase) name.
-    pub(crate) fn pascal(self) -> &'static str {
-        match self {
-            Col::Id => "Id",
-            Col::MessageId => "MessageId",
-            Col::ConsumerId => "ConsumerId",
-            Col::LockId => "LockId",
-            Col::Received => "Received",
-            Col::ReceiveCount => "ReceiveCount",
-            Col::ExpirationTime => "ExpirationTime",
-            Col::Consumed => "Consumed",
-            Col::Delivered => "Delivered",
-            Col::LastSequenceNumber => "LastSequenceNumber",
-            Col::OutboxId => "OutboxId",
-            Col::Created => "Created",
-            Col::SequenceNumber => "SequenceNumber",
-            Col::EnqueueTime => "EnqueueTime",
-            Col::SentTime => "SentTime",
-            Col::Headers => "Headers",
-            Col::Properties => "Properties",
-            Col::InboxMessageId => "InboxMessageId",
-            Col::InboxConsumerId => "InboxConsumerId",
-            Col::ContentType => "ContentType",
-            Col::MessageType => "MessageType",
-            Col::Body => "Body",
-            Col::ConversationId => "ConversationId",
-            Col::CorrelationId => "CorrelationId",
-            Col::InitiatorId => "InitiatorId",
-            Col::RequestId => "RequestId",
-            Col::SourceAddress => "SourceAddress",
-            Col::DestinationAddress => "DestinationAddress",
-            Col::ResponseAddress => "ResponseAddress",
-            Col::FaultAddress => "FaultAddress",
-            Col::RowVersion => "RowVersion",
-        }
-    }
-
-    /// Every column, for template placeholders.
-    pub(crate) const ALL: [Col; 31] = [
-        Col::Id,
-        Col::MessageId,
-        Col::ConsumerId,
-        Col::LockId,
-        Col::Received,
-        Col::ReceiveCount,
-        Col::ExpirationTime,
-        Col::Consumed,
-        Col::Delivered,
-        Col::LastSequenceNumber,
-        Col::OutboxId,
-        Col::Created,
-        Col::SequenceNumber,
-        Col::EnqueueTime,
-        Col::SentTime,
-        Col::Headers,
-        Col::Properties,
-        Col::InboxMessageId,
-        Col::InboxConsumerId,
-        Col::ContentType,
-        Col::MessageType,
-        Col::Body,
-        Col::ConversationId,
-        Col::CorrelationId,
-        Col::InitiatorId,
-        Col::RequestId,
-        Col::SourceAddress,
-        Col::DestinationAddress,
-        Col::ResponseAddress,
-        Col::FaultAddress,
-        Col::RowVersion,
-    ];
-}
-
-/// `MessageId` → `message_id`.
-pub(crate) fn snake_case(name: &str) -> String {
-    let mut out = String::with_capacity(name.len() + 4);
-    let mut previous: Option<char> = None;
-    for c in name.chars() {
-        if c.is_uppercase() && previous.is_some_and(|p| p.is_lowercase() || p.is_ascii_digit()) {
-            out.push('_');
-        }
-        out.extend(c.to_lowercase());
-        previous = Some(c);
-    }
-    out
-}
-
-/// The unquoted column name in `style`.
-pub(crate) fn column_name(col: Col, style: NamingStyle) -> String {
+/// The column name of a snake_case entity column in `style`.
+pub(crate) fn column_name(col: impl ColumnTrait, style: NamingStyle) -> String {
     match style {
-        NamingStyle::PascalCase => col.pascal().to_owned(),
-        NamingStyle::SnakeCase => snake_case(col.pascal()),
+        NamingStyle::SnakeCase => col.as_str().to_owned(),
+        NamingStyle::PascalCase => pascal_case(col.as_str()),
     }
-}
-
-/// Quotes an identifier: `a"b` → `"a""b"`.
-pub(crate) fn quote(ident: &str) -> String {
-    format!("\"{}\"", ident.replace('"', "\"\""))
-}
-
-/// Quotes a string literal: `it's` → `'it''s'`.
-pub(crate) fn literal(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "''"))
 }
 
 /// An EF-style constraint or index name: `PK_InboxState`, `IX_OutboxMessage_EnqueueTime`
@@ -177,51 +64,90 @@ pub(crate) fn constraint_name(
     name
 }
 
-/// Names resolved for one [`Tables`]: quoted, schema-qualified tables and quoted columns.
+/// Names resolved for one [`Tables`].
 #[derive(Clone, Debug)]
 pub(crate) struct Names {
-    pub(crate) inbox: String,
-    pub(crate) state: String,
-    pub(crate) message: String,
+    schema: DynIden,
+    inbox: DynIden,
+    state: DynIden,
+    message: DynIden,
     style: NamingStyle,
     timestamps: TimestampType,
 }
 
 impl Names {
     pub(crate) fn new(tables: &Tables) -> Self {
-        let qualify = |t: &str| format!("{}.{}", quote(tables.schema_name()), quote(t));
+        let iden = |name: &str| Alias::new(name).into_iden();
         Self {
-            inbox: qualify(tables.inbox_state()),
-            state: qualify(tables.outbox_state()),
-            message: qualify(tables.outbox_message()),
+            schema: iden(tables.schema_name()),
+            inbox: iden(tables.inbox_state()),
+            state: iden(tables.outbox_state()),
+            message: iden(tables.outbox_message()),
             style: tables.naming_style(),
             timestamps: tables.timestamp_type(),
         }
     }
 
-    /// A quoted column.
-    pub(crate) fn c(&self, col: Col) -> String {
-        quote(&column_name(col, self.style))
-    }
-
-    /// A quoted column with a table alias: `m."Body"`.
-    pub(crate) fn ac(&self, alias: &str, col: Col) -> String {
-        format!("{alias}.{}", self.c(col))
-    }
-
-    /// A timestamp parameter as the column type wants it (UTC either way).
-    pub(crate) fn ts_param(&self, n: usize) -> String {
-        match self.timestamps {
-            TimestampType::WithTimeZone => format!("${n}::timestamptz"),
-            TimestampType::WithoutTimeZone => format!("(${n}::timestamptz AT TIME ZONE 'UTC')"),
+    fn table_iden(&self, table: OutboxTable) -> DynIden {
+        match table {
+            OutboxTable::InboxState => self.inbox.clone(),
+            OutboxTable::OutboxState => self.state.clone(),
+            OutboxTable::OutboxMessage => self.message.clone(),
         }
     }
 
-    /// A timestamp column read back as `timestamptz`.
-    pub(crate) fn ts_read(&self, expr: &str) -> String {
+    /// `"schema"."table"`.
+    pub(crate) fn table(&self, table: OutboxTable) -> TableRef {
+        TableRef::SchemaTable(self.schema.clone(), self.table_iden(table))
+    }
+
+    /// `"schema"."table" AS alias`.
+    pub(crate) fn table_as(&self, table: OutboxTable, alias: &'static str) -> TableRef {
+        TableRef::SchemaTableAlias(
+            self.schema.clone(),
+            self.table_iden(table),
+            Alias::new(alias).into_iden(),
+        )
+    }
+
+    /// A column (given by the snake_case entity's column) in this naming.
+    pub(crate) fn c(&self, col: impl ColumnTrait) -> DynIden {
+        Alias::new(column_name(col, self.style)).into_iden()
+    }
+
+    /// `alias."Column"`.
+    pub(crate) fn ac(&self, alias: &'static str, col: impl ColumnTrait) -> SimpleExpr {
+        Expr::col((Alias::new(alias).into_iden(), self.c(col))).into()
+    }
+
+    /// `"Column"` as an expression.
+    pub(crate) fn e(&self, col: impl ColumnTrait) -> SimpleExpr {
+        Expr::col(self.c(col)).into()
+    }
+
+    /// A time value as the time columns want it: `timestamptz`, or UTC wall-clock `timestamp`
+    /// for Npgsql's legacy timestamps (so comparisons use the columns' indexes).
+    pub(crate) fn ts(&self, at: DateTime<Utc>) -> SimpleExpr {
+        Expr::val(self.ts_value(Some(at))).into()
+    }
+
+    /// [`Names::ts`] as a [`Value`], also for NULL.
+    pub(crate) fn ts_value(&self, at: Option<DateTime<Utc>>) -> Value {
         match self.timestamps {
-            TimestampType::WithTimeZone => expr.to_owned(),
-            TimestampType::WithoutTimeZone => format!("({expr} AT TIME ZONE 'UTC')"),
+            TimestampType::WithTimeZone => Value::ChronoDateTimeUtc(at.map(Box::new)),
+            TimestampType::WithoutTimeZone => {
+                Value::ChronoDateTime(at.map(|t| Box::new(t.naive_utc())))
+            }
+        }
+    }
+
+    /// A time column read back as `timestamptz`.
+    pub(crate) fn ts_read(&self, expr: SimpleExpr) -> SimpleExpr {
+        match self.timestamps {
+            TimestampType::WithTimeZone => expr,
+            TimestampType::WithoutTimeZone => {
+                expr.binary(BinOper::Custom("AT TIME ZONE"), Expr::val("UTC"))
+            }
         }
     }
 }
@@ -229,11 +155,13 @@ impl Names {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::entity::{dotnet, inbox_state, outbox_message, outbox_state};
+    use sea_orm::{Iterable, IdenStatic};
 
     #[test]
     fn names_follow_ef_conventions() {
-        assert_eq!(snake_case("LastSequenceNumber"), "last_sequence_number");
-        assert_eq!(quote("a\"b"), "\"a\"\"b\"");
+        assert_eq!(pascal_case("last_sequence_number"), "LastSequenceNumber");
+        assert_eq!(pascal_case("id"), "Id");
         let snake = ["inbox_message_id", "inbox_consumer_id", "sequence_number"];
         assert_eq!(
             constraint_name("IX", "outbox_message", &snake, NamingStyle::SnakeCase),
@@ -249,5 +177,26 @@ mod tests {
             constraint_name("IX", "OutboxMessage", &pascal, NamingStyle::PascalCase),
             "IX_OutboxMessage_InboxMessageId_InboxConsumerId_SequenceNumber"
         );
+    }
+
+    /// The PascalCase entities name every column as the snake_case ones do, converted.
+    #[test]
+    fn entity_sets_agree() {
+        fn pairs<A: Iterable + IdenStatic, B: Iterable + IdenStatic>() -> Vec<(String, String)> {
+            A::iter()
+                .map(|a| pascal_case(a.as_str()))
+                .zip(B::iter().map(|b| b.as_str().to_owned()))
+                .collect()
+        }
+        for (snake, pascal) in pairs::<inbox_state::Column, dotnet::inbox_state::Column>()
+            .into_iter()
+            .chain(pairs::<outbox_state::Column, dotnet::outbox_state::Column>())
+            .chain(pairs::<outbox_message::Column, dotnet::outbox_message::Column>())
+        {
+            assert_eq!(snake, pascal);
+        }
+        assert_eq!(inbox_state::Column::iter().count(), 11);
+        assert_eq!(outbox_state::Column::iter().count(), 6);
+        assert_eq!(outbox_message::Column::iter().count(), 21);
     }
 }
