@@ -6,6 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::TestDb;
+use ferrybus_sea_orm::migrate::SchemaProblem;
 use ferrybus_sea_orm::{migrate, Migrator, Tables};
 use ferrybus_testing::Shape;
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
@@ -184,4 +185,45 @@ async fn cleanup_removes_exactly_expired_rows(shape: Shape) {
     assert_eq!(cleanup.cleanup_once().await.unwrap(), 0);
 }
 
-ferrybus_testing::on_every_shape!(migrator_is_idempotent, cleanup_removes_exactly_expired_rows);
+/// The schema check: the migrator's and .NET's shapes are complete, the legacy ones only lack
+/// the foreign keys; a missing column or a wrong type makes the schema unusable.
+async fn schema_check_finds_what_is_missing(shape: Shape) {
+    let tdb = TestDb::new(shape).await;
+    let tables = tdb.tables();
+    let report = migrate::check(&tdb.db, &tables).await.unwrap();
+    match shape {
+        Shape::BookwormLegacy | Shape::CanonicalLegacy => {
+            assert_eq!(report.problems.len(), 2, "{:?}", report.problems);
+            assert!(report
+                .problems
+                .iter()
+                .all(|p| matches!(p, SchemaProblem::MissingForeignKey { .. })));
+            assert!(report.is_usable() && !report.is_complete());
+        }
+        _ => assert!(report.is_complete(), "{:?}", report.problems),
+    }
+    tdb.exec(&format!(
+        "ALTER TABLE {} DROP COLUMN {}; ALTER TABLE {} ALTER COLUMN {} TYPE text",
+        tdb.t("message"),
+        tdb.c("Headers"),
+        tdb.t("state"),
+        tdb.c("LockId")
+    ))
+    .await;
+    let report = migrate::check(&tdb.db, &tables).await.unwrap();
+    assert!(!report.is_usable());
+    assert!(report.problems.contains(&SchemaProblem::MissingColumn {
+        table: tables.outbox_message().to_owned(),
+        column: tdb.c("Headers").trim_matches('"').to_owned(),
+    }));
+    assert!(report.problems.iter().any(|p| matches!(
+        p,
+        SchemaProblem::ColumnType { found, .. } if found == "text"
+    )));
+}
+
+ferrybus_testing::on_every_shape!(
+    migrator_is_idempotent,
+    cleanup_removes_exactly_expired_rows,
+    schema_check_finds_what_is_missing
+);
