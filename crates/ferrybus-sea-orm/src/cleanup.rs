@@ -89,7 +89,12 @@ impl InboxCleanup {
             .unwrap_or(chrono::DateTime::<Utc>::MIN_UTC);
         let result = self
             .db
-            .execute(self.config.storage.sql().cleanup(before, self.config.batch_size))
+            .execute(
+                self.config
+                    .storage
+                    .sql()
+                    .cleanup(before, self.config.batch_size),
+            )
             .await?;
         metrics::counter!(INBOX_CLEANUP_DELETED_TOTAL).increment(result.rows_affected());
         Ok(result.rows_affected())

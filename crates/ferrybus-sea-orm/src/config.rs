@@ -224,7 +224,10 @@ impl StorageConfig {
             .and_where(Expr::col(Alias::new("table_name")).eq(self.tables.inbox_state.as_str()))
             .and_where(Expr::col(Alias::new("column_name")).eq(column))
             .to_owned();
-        let row = db.query_one(build(&query)).await.map_err(StoreError::database)?;
+        let row = db
+            .query_one(build(&query))
+            .await
+            .map_err(StoreError::database)?;
         let Some(row) = row else {
             return Err(StoreError::config(format!(
                 "column {column} of {}.{} not found",

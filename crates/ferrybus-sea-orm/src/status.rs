@@ -52,7 +52,8 @@ pub async fn outbox_status(
     };
     let count = |table, filter: Option<SimpleExpr>| -> SimpleExpr {
         let mut q = Query::select();
-        q.expr(Func::count(Expr::col(Asterisk))).from(n.table(table));
+        q.expr(Func::count(Expr::col(Asterisk)))
+            .from(n.table(table));
         if let Some(filter) = filter {
             q.and_where(filter);
         }
@@ -60,7 +61,8 @@ pub async fn outbox_status(
     };
     let oldest = |table, col: SimpleExpr, filter: Option<SimpleExpr>| -> SimpleExpr {
         let mut q = Query::select();
-        q.expr(n.ts_read(Func::min(col).into())).from(n.table(table));
+        q.expr(n.ts_read(Func::min(col).into()))
+            .from(n.table(table));
         if let Some(filter) = filter {
             q.and_where(filter);
         }

@@ -313,7 +313,11 @@ impl PostgresStorage {
 
 #[async_trait]
 impl Storage for PostgresStorage {
-    /// Runs the migrations when asked, then reads the time column type of the inbox table.
+    /// Checks that the connection is a PostgreSQL pool (a [`StoreErrorKind::Config`] error
+    /// otherwise: `LISTEN` needs one), runs the migrations when asked, then reads the time column
+    /// type of the inbox table.
+    ///
+    /// [`StoreErrorKind::Config`]: crate::StoreErrorKind::Config
     async fn prepare(&self) -> Result<(), BoxError> {
         crate::delivery::listener::postgres_pool(&self.db)?;
         if self.migrate {

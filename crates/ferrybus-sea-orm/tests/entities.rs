@@ -11,8 +11,8 @@ use ferrybus_sea_orm::{migrate, status, BusOutbox, StoreErrorKind, Tables};
 use ferrybus_testing::{database_url, Shape, TestSchema};
 use sea_orm::sea_query::{Alias, ColumnDef, Table};
 use sea_orm::{
-    ColumnTrait, ConnectOptions, ConnectionTrait, Database, EntityTrait,
-    PaginatorTrait, QueryFilter, QueryOrder, Set, TransactionTrait,
+    ColumnTrait, ConnectOptions, ConnectionTrait, Database, EntityTrait, PaginatorTrait,
+    QueryFilter, QueryOrder, Set, TransactionTrait,
 };
 use sea_orm_migration::{MigrationName, MigrationTrait, MigratorTrait, SchemaManager};
 use serde::{Deserialize, Serialize};
@@ -169,10 +169,17 @@ macro_rules! exercise_entities {
 
         // A row ferrybus's bus outbox wrote, read through the entity.
         let storage = tdb.storage().await;
-        let outbox = BusOutbox::new(&storage, HostAddress::new("rabbitmq", "localhost", None, "/"));
+        let outbox = BusOutbox::new(
+            &storage,
+            HostAddress::new("rabbitmq", "localhost", None, "/"),
+        );
         let txn = db.begin().await.unwrap();
         let order_id = Uuid::new_v4();
-        outbox.on(&txn).publish(&OrderPlaced { order_id }).await.unwrap();
+        outbox
+            .on(&txn)
+            .publish(&OrderPlaced { order_id })
+            .await
+            .unwrap();
         txn.commit().await.unwrap();
         let written = $m::outbox_message::Entity::find()
             .filter($m::outbox_message::Column::OutboxId.is_not_null())
@@ -182,8 +189,15 @@ macro_rules! exercise_entities {
             .await
             .unwrap()
             .expect("the bus-outbox row");
-        assert!(written.body.contains(&order_id.to_string()), "{}", written.body);
-        assert_eq!(written.message_type, "urn:message:Billing.Contracts:OrderPlaced");
+        assert!(
+            written.body.contains(&order_id.to_string()),
+            "{}",
+            written.body
+        );
+        assert_eq!(
+            written.message_type,
+            "urn:message:Billing.Contracts:OrderPlaced"
+        );
         let status = status::outbox_status(db, &tables).await.unwrap();
         assert_eq!((status.bus_outboxes, status.bus_messages), (2, 1));
         assert_eq!((status.inbox_rows, status.consumer_messages), (1, 1));

@@ -11,12 +11,11 @@
 use std::time::Duration;
 
 use rust_decimal::Decimal;
-use sea_orm::{
-    ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, DbErr, Statement,
-};
+use sea_orm::sea_query::{Expr, OnConflict};
+use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbErr, EntityTrait, Set};
 use uuid::Uuid;
 
-use crate::schema::quote;
+use crate::schema::{charges, InSchema};
 
 /// The provider's answer to one charge request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -36,7 +35,7 @@ impl Charge {
 #[derive(Clone, Debug)]
 pub struct PaymentGateway {
     db: DatabaseConnection,
-    charge_sql: String,
+    schema: String,
     delay: Duration,
 }
 
@@ -55,21 +54,16 @@ impl PaymentGateway {
 
     /// A gateway over an existing pool (it must not be the consumer's transaction).
     pub fn new(db: DatabaseConnection, schema: &str, delay: Duration) -> Self {
-        let charge_sql = format!(
-            "INSERT INTO {s}.charges AS c (idempotency_key, order_id, amount, currency, attempts, charged_at)
-             VALUES ($1, $2, $3, $4, 1, now())
-             ON CONFLICT (idempotency_key) DO UPDATE SET attempts = c.attempts + 1
-             RETURNING attempts",
-            s = quote(schema)
-        );
         Self {
             db,
-            charge_sql,
+            schema: schema.to_owned(),
             delay,
         }
     }
 
-    /// Charges `amount` for `order_id` under `idempotency_key`, after the network delay.
+    /// Charges `amount` for `order_id` under `idempotency_key`, after the network delay:
+    /// `INSERT … ON CONFLICT (idempotency_key) DO UPDATE SET attempts = charges.attempts + 1
+    /// RETURNING *`, with sea-orm's `on_conflict`.
     pub async fn charge(
         &self,
         idempotency_key: &str,
@@ -78,23 +72,27 @@ impl PaymentGateway {
         currency: &str,
     ) -> Result<Charge, DbErr> {
         tokio::time::sleep(self.delay).await;
-        let statement = Statement::from_sql_and_values(
-            DbBackend::Postgres,
-            &self.charge_sql,
-            [
-                idempotency_key.into(),
-                order_id.into(),
-                amount.into(),
-                currency.into(),
-            ],
-        );
-        let row = self
-            .db
-            .query_one(statement)
-            .await?
-            .ok_or_else(|| DbErr::Custom("the charge returned no row".into()))?;
+        let charge = charges::Entity::insert(charges::ActiveModel {
+            idempotency_key: Set(idempotency_key.to_owned()),
+            order_id: Set(order_id),
+            amount: Set(amount),
+            currency: Set(currency.to_owned()),
+            attempts: Set(1),
+            ..Default::default()
+        })
+        .on_conflict(
+            OnConflict::column(charges::Column::IdempotencyKey)
+                .value(
+                    charges::Column::Attempts,
+                    Expr::col((charges::Entity, charges::Column::Attempts)).add(1),
+                )
+                .to_owned(),
+        )
+        .in_schema(&self.schema)
+        .exec_with_returning(&self.db)
+        .await?;
         Ok(Charge {
-            attempts: row.try_get("", "attempts")?,
+            attempts: charge.attempts,
         })
     }
 }

@@ -9,9 +9,9 @@
 //!    gateway sees one request.
 //! 2. **The idempotency key** (the order id) makes a second charge request, after a rollback, a
 //!    no-op at the provider: side effects do not roll back, so they need their own key.
-//! 3. **The unique business key** (`invoices.order_id UNIQUE`, written with
-//!    `INSERT … ON CONFLICT (order_id) DO NOTHING`) keeps one invoice per order even when the
-//!    same order arrives under two MessageIds.
+//! 3. **The unique business key** (`invoices.order_id UNIQUE`, the invoice written as an
+//!    `ActiveModel` with sea-orm's `on_conflict(order_id).do_nothing()`) keeps one invoice per
+//!    order even when the same order arrives under two MessageIds.
 //!
 //! [`CheckThenActConsumer`] is the broken way (scenario 2), kept to show why.
 
@@ -19,12 +19,15 @@ use example_contracts::{InvoiceCreated, OrderPlaced, PaymentCaptured};
 use ferrybus::sea_orm::TransactionExt;
 use ferrybus::{ConsumeContext, ConsumeError, Consumer};
 use rust_decimal::Decimal;
-use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
+use sea_orm::sea_query::OnConflict;
+use sea_orm::{
+    ColumnTrait, DatabaseConnection, EntityTrait, PaginatorTrait, QueryFilter, Set, TryInsertResult,
+};
 use uuid::Uuid;
 
 use crate::gateway::PaymentGateway;
-use crate::payments::payment_id;
-use crate::schema::quote;
+use crate::payments::{ensure_payment, payment_id};
+use crate::schema::{invoices, InSchema};
 
 /// Why an order cannot be invoiced. The endpoint's retry policy retries it like any error (as
 /// MassTransit would without a retry filter), then the message goes to `billing-invoice_error`
@@ -84,8 +87,9 @@ pub fn validate(order: &OrderPlaced) -> Result<(), InvalidOrder> {
 /// How [`InvoiceConsumer`] writes the invoice.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum InvoiceWrite {
-    /// `INSERT … ON CONFLICT (order_id) DO NOTHING`: 0 rows means the order is invoiced already
-    /// (needs [`InvoiceKey::UniqueOrderId`](crate::schema::InvoiceKey)). The default.
+    /// `INSERT … ON CONFLICT (order_id) DO NOTHING` (sea-orm's `on_conflict` + `do_nothing`):
+    /// a conflict means the order is invoiced already (needs
+    /// [`InvoiceKey::UniqueOrderId`](crate::schema::InvoiceKey)). The default.
     #[default]
     Upsert,
     /// A plain `INSERT`: only the inbox protects it, so the same order under two MessageIds gets
@@ -98,8 +102,8 @@ pub enum InvoiceWrite {
 #[derive(Clone, Debug)]
 pub struct InvoiceConsumer {
     gateway: PaymentGateway,
-    insert_sql: String,
-    payment_sql: String,
+    schema: String,
+    write: InvoiceWrite,
 }
 
 impl InvoiceConsumer {
@@ -110,22 +114,22 @@ impl InvoiceConsumer {
 
     /// Like [`InvoiceConsumer::new`], choosing how the invoice is written.
     pub fn with_write(gateway: PaymentGateway, schema: &str, write: InvoiceWrite) -> Self {
-        let s = quote(schema);
-        let conflict = match write {
-            InvoiceWrite::Upsert => " ON CONFLICT (order_id) DO NOTHING",
-            InvoiceWrite::PlainInsert => "",
-        };
         Self {
             gateway,
-            insert_sql: format!(
-                "INSERT INTO {s}.invoices (id, order_id, amount, currency, created_at) \
-                 VALUES ($1, $2, $3, $4, now()){conflict}"
-            ),
-            payment_sql: format!(
-                "INSERT INTO {s}.payments (payment_id, order_id, status, updated_at) \
-                 VALUES ($1, $2, 'Pending', now()) ON CONFLICT (payment_id) DO NOTHING"
-            ),
+            schema: schema.to_owned(),
+            write,
         }
+    }
+}
+
+/// The invoice of `order` (`created_at` from the column default, the transaction's `now()`).
+fn new_invoice(invoice_id: Uuid, order: &OrderPlaced) -> invoices::ActiveModel {
+    invoices::ActiveModel {
+        id: Set(invoice_id),
+        order_id: Set(order.order_id),
+        amount: Set(order.total),
+        currency: Set(order.currency.clone()),
+        ..Default::default()
     }
 }
 
@@ -148,21 +152,27 @@ impl Consumer<OrderPlaced> for InvoiceConsumer {
 
         // 2. The invoice, in the inbox transaction, keyed by the order.
         let invoice_id = Uuid::now_v7();
-        let inserted = ctx
-            .db()
-            .execute(Statement::from_sql_and_values(
-                DbBackend::Postgres,
-                &self.insert_sql,
-                [
-                    invoice_id.into(),
-                    order.order_id.into(),
-                    order.total.into(),
-                    order.currency.clone().into(),
-                ],
-            ))
-            .await?
-            .rows_affected();
-        if inserted == 0 {
+        let invoice = invoices::Entity::insert(new_invoice(invoice_id, order));
+        let inserted = match self.write {
+            InvoiceWrite::Upsert => {
+                let result = invoice
+                    .on_conflict(
+                        OnConflict::column(invoices::Column::OrderId)
+                            .do_nothing()
+                            .to_owned(),
+                    )
+                    .in_schema(&self.schema)
+                    .do_nothing()
+                    .exec(ctx.db())
+                    .await?;
+                matches!(result, TryInsertResult::Inserted(_))
+            }
+            InvoiceWrite::PlainInsert => {
+                invoice.in_schema(&self.schema).exec(ctx.db()).await?;
+                true
+            }
+        };
+        if !inserted {
             tracing::info!(
                 order_id = %order.order_id,
                 charge_attempts = charge.attempts,
@@ -174,13 +184,7 @@ impl Consumer<OrderPlaced> for InvoiceConsumer {
         // 3. The payment the gateway captured, and the events: written to the consumer outbox,
         //    sent after the commit.
         let payment_id = payment_id(order.order_id);
-        ctx.db()
-            .execute(Statement::from_sql_and_values(
-                DbBackend::Postgres,
-                &self.payment_sql,
-                [payment_id.into(), order.order_id.into()],
-            ))
-            .await?;
+        ensure_payment(ctx.db(), &self.schema, payment_id, order.order_id).await?;
         ctx.publish(&InvoiceCreated {
             invoice_id,
             order_id: order.order_id,
@@ -217,21 +221,16 @@ impl Consumer<OrderPlaced> for InvoiceConsumer {
 pub struct CheckThenActConsumer {
     db: DatabaseConnection,
     gateway: PaymentGateway,
-    select_sql: String,
-    insert_sql: String,
+    schema: String,
 }
 
 impl CheckThenActConsumer {
     /// A consumer writing into `<schema>.invoices` through `db` directly.
     pub fn new(db: DatabaseConnection, gateway: PaymentGateway, schema: &str) -> Self {
-        let s = quote(schema);
         Self {
             db,
             gateway,
-            select_sql: format!("SELECT count(*) AS n FROM {s}.invoices WHERE order_id = $1"),
-            insert_sql: format!(
-                "INSERT INTO {s}.invoices (id, order_id, amount, currency, created_at) VALUES ($1, $2, $3, $4, now())"
-            ),
+            schema: schema.to_owned(),
         }
     }
 }
@@ -240,17 +239,11 @@ impl Consumer<OrderPlaced> for CheckThenActConsumer {
     async fn consume(&self, ctx: ConsumeContext<OrderPlaced>) -> Result<(), ConsumeError> {
         let order = ctx.message();
         validate(order)?;
-        let existing = self
-            .db
-            .query_one(Statement::from_sql_and_values(
-                DbBackend::Postgres,
-                &self.select_sql,
-                [order.order_id.into()],
-            ))
-            .await?
-            .map(|row| row.try_get::<i64>("", "n"))
-            .transpose()?
-            .unwrap_or(0);
+        let existing = invoices::Entity::find()
+            .filter(invoices::Column::OrderId.eq(order.order_id))
+            .in_schema(&self.schema)
+            .count(&self.db)
+            .await?;
         if existing > 0 {
             tracing::info!(order_id = %order.order_id, "invoice exists, skipping (check-then-act)");
             return Ok(());
@@ -260,17 +253,9 @@ impl Consumer<OrderPlaced> for CheckThenActConsumer {
         self.gateway
             .charge(&key, order.order_id, order.total, &order.currency)
             .await?;
-        self.db
-            .execute(Statement::from_sql_and_values(
-                DbBackend::Postgres,
-                &self.insert_sql,
-                [
-                    Uuid::now_v7().into(),
-                    order.order_id.into(),
-                    order.total.into(),
-                    order.currency.clone().into(),
-                ],
-            ))
+        invoices::Entity::insert(new_invoice(Uuid::now_v7(), order))
+            .in_schema(&self.schema)
+            .exec(&self.db)
             .await?;
         tracing::info!(order_id = %order.order_id, "invoice created (check-then-act)");
         Ok(())

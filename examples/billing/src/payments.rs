@@ -8,7 +8,7 @@
 //!   first payment message (`INSERT … ON CONFLICT (payment_id) DO NOTHING`), so a message that
 //!   overtakes the invoice is not lost.
 //! * `PaymentCaptured`: `UPDATE … SET status = 'Captured' WHERE payment_id = $1 AND status =
-//!   'Pending'`.
+//!   'Pending'` (sea-orm's `update_many` with both filters).
 //! * `PaymentRefunded`: `UPDATE … SET status = 'Refunded' WHERE payment_id = $1 AND status IN
 //!   ('Pending', 'Captured')`. A refund is final; one seen before its capture means the capture
 //!   message is late.
@@ -21,10 +21,11 @@
 use example_contracts::{PaymentCaptured, PaymentRefunded};
 use ferrybus::sea_orm::TransactionExt;
 use ferrybus::{ConsumeContext, ConsumeError, Consumer, Message};
-use sea_orm::{ConnectionTrait, DatabaseTransaction, DbBackend, Statement};
+use sea_orm::sea_query::{Expr, OnConflict};
+use sea_orm::{ColumnTrait, ConnectionTrait, DbErr, EntityTrait, QueryFilter, Set};
 use uuid::Uuid;
 
-use crate::schema::quote;
+use crate::schema::{payments, InSchema};
 
 /// The namespace of payment ids derived from order ids (UUIDv5).
 pub const PAYMENT_NAMESPACE: Uuid = Uuid::from_u128(0x6d1f_1b0e_5c8e_4f0a_9a47_3b8e_6c1d_2f90);
@@ -39,33 +40,60 @@ pub fn payment_id(order_id: Uuid) -> Uuid {
     Uuid::new_v5(&PAYMENT_NAMESPACE, order_id.as_bytes())
 }
 
+/// Creates the payment `Pending` unless it exists (`INSERT … ON CONFLICT (payment_id) DO
+/// NOTHING`, sea-orm's `on_conflict` + `do_nothing`).
+pub async fn ensure_payment(
+    db: &impl ConnectionTrait,
+    schema: &str,
+    payment_id: Uuid,
+    order_id: Uuid,
+) -> Result<(), DbErr> {
+    payments::Entity::insert(payments::ActiveModel {
+        payment_id: Set(payment_id),
+        order_id: Set(order_id),
+        status: Set("Pending".to_owned()),
+        ..Default::default()
+    })
+    .on_conflict(
+        OnConflict::column(payments::Column::PaymentId)
+            .do_nothing()
+            .to_owned(),
+    )
+    .in_schema(schema)
+    .do_nothing()
+    .exec(db)
+    .await?;
+    Ok(())
+}
+
+/// A status change: to `to`, from one of `from`.
+#[derive(Clone, Copy, Debug)]
+struct Transition {
+    to: &'static str,
+    from: &'static [&'static str],
+}
+
+const CAPTURE: Transition = Transition {
+    to: "Captured",
+    from: &["Pending"],
+};
+
+const REFUND: Transition = Transition {
+    to: "Refunded",
+    from: &["Pending", "Captured"],
+};
+
 /// Consumes `PaymentCaptured` and `PaymentRefunded` (see the [module docs](self)).
 #[derive(Clone, Debug)]
 pub struct PaymentsConsumer {
-    ensure_sql: String,
-    capture_sql: String,
-    refund_sql: String,
-    status_sql: String,
+    schema: String,
 }
 
 impl PaymentsConsumer {
     /// A consumer of `<schema>.payments`.
     pub fn new(schema: &str) -> Self {
-        let s = quote(schema);
         Self {
-            ensure_sql: format!(
-                "INSERT INTO {s}.payments (payment_id, order_id, status, updated_at) \
-                 VALUES ($1, $2, 'Pending', now()) ON CONFLICT (payment_id) DO NOTHING"
-            ),
-            capture_sql: format!(
-                "UPDATE {s}.payments SET status = 'Captured', updated_at = now() \
-                 WHERE payment_id = $1 AND status = 'Pending'"
-            ),
-            refund_sql: format!(
-                "UPDATE {s}.payments SET status = 'Refunded', updated_at = now() \
-                 WHERE payment_id = $1 AND status IN ('Pending', 'Captured')"
-            ),
-            status_sql: format!("SELECT status FROM {s}.payments WHERE payment_id = $1"),
+            schema: schema.to_owned(),
         }
     }
 
@@ -74,17 +102,29 @@ impl PaymentsConsumer {
         ctx: &ConsumeContext<M>,
         payment_id: Uuid,
         order_id: Uuid,
-        update_sql: &str,
+        transition: Transition,
         event: &str,
     ) -> Result<(), ConsumeError> {
         let db = ctx.db();
-        db.execute(stmt(&self.ensure_sql, [payment_id.into(), order_id.into()]))
-            .await?;
-        let moved = db
-            .execute(stmt(update_sql, [payment_id.into()]))
+        ensure_payment(db, &self.schema, payment_id, order_id).await?;
+        let moved = payments::Entity::update_many()
+            .col_expr(payments::Column::Status, Expr::value(transition.to))
+            .col_expr(
+                payments::Column::UpdatedAt,
+                Expr::current_timestamp().into(),
+            )
+            .filter(payments::Column::PaymentId.eq(payment_id))
+            .filter(payments::Column::Status.is_in(transition.from.iter().copied()))
+            .in_schema(&self.schema)
+            .exec(db)
             .await?
-            .rows_affected();
-        let status = self.status(db, payment_id).await?;
+            .rows_affected;
+        let status = payments::Entity::find_by_id(payment_id)
+            .in_schema(&self.schema)
+            .one(db)
+            .await?
+            .ok_or_else(|| ConsumeError::handler("the payment row vanished"))?
+            .status;
         if moved == 1 {
             tracing::info!(%payment_id, %order_id, %status, "{event}: payment is now {status}");
         } else {
@@ -95,28 +135,12 @@ impl PaymentsConsumer {
         }
         Ok(())
     }
-
-    async fn status(
-        &self,
-        db: &DatabaseTransaction,
-        payment_id: Uuid,
-    ) -> Result<String, ConsumeError> {
-        let row = db
-            .query_one(stmt(&self.status_sql, [payment_id.into()]))
-            .await?
-            .ok_or_else(|| ConsumeError::handler("the payment row vanished"))?;
-        Ok(row.try_get("", "status")?)
-    }
-}
-
-fn stmt<const N: usize>(sql: &str, values: [sea_orm::Value; N]) -> Statement {
-    Statement::from_sql_and_values(DbBackend::Postgres, sql, values)
 }
 
 impl Consumer<PaymentCaptured> for PaymentsConsumer {
     async fn consume(&self, ctx: ConsumeContext<PaymentCaptured>) -> Result<(), ConsumeError> {
         let (payment, order) = (ctx.message().payment_id, ctx.message().order_id);
-        self.transition(&ctx, payment, order, &self.capture_sql, "PaymentCaptured")
+        self.transition(&ctx, payment, order, CAPTURE, "PaymentCaptured")
             .await
     }
 
@@ -128,7 +152,7 @@ impl Consumer<PaymentCaptured> for PaymentsConsumer {
 impl Consumer<PaymentRefunded> for PaymentsConsumer {
     async fn consume(&self, ctx: ConsumeContext<PaymentRefunded>) -> Result<(), ConsumeError> {
         let (payment, order) = (ctx.message().payment_id, ctx.message().order_id);
-        self.transition(&ctx, payment, order, &self.refund_sql, "PaymentRefunded")
+        self.transition(&ctx, payment, order, REFUND, "PaymentRefunded")
             .await
     }
 

@@ -8,13 +8,52 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use chrono::{DateTime, Utc};
 use example_contracts::OrderPlaced;
+use ferrybus::sea_orm::entity::Retarget;
 use ferrybus::sea_orm::BusOutbox;
 use ferrybus::{Publish, PublishError, SendOptions};
 use rust_decimal::Decimal;
-use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, DbErr, Statement, TransactionTrait};
+use sea_orm::sea_query::{
+    Alias, ColumnDef, Expr, Iden, IntoIden, OnConflict, PostgresQueryBuilder, QuotedBuilder, Table,
+    TableRef,
+};
+use sea_orm::{
+    ConnectionTrait, DatabaseConnection, DbErr, EntityName, EntityTrait, Set, TransactionTrait,
+    TryInsertResult,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use uuid::Uuid;
+
+/// The `orders` table (schema `orders` by default, `ORDERS_SCHEMA`): each statement is pointed
+/// at the configured schema with ferrybus's [`Retarget`].
+pub mod orders {
+    use sea_orm::entity::prelude::*;
+
+    /// One order.
+    #[derive(Clone, Debug, PartialEq, Eq, DeriveEntityModel)]
+    #[sea_orm(schema_name = "orders", table_name = "orders")]
+    pub struct Model {
+        /// The order id (the client's, or a new UUIDv7).
+        #[sea_orm(primary_key, auto_increment = false)]
+        pub id: Uuid,
+        /// The total.
+        #[sea_orm(column_type = "Decimal(None)")]
+        pub total: Decimal,
+        /// ISO 4217 currency.
+        #[sea_orm(column_type = "Text")]
+        pub currency: String,
+        /// The id of its `OrderPlaced` message.
+        pub message_id: Uuid,
+        /// When it was placed.
+        pub created_at: DateTimeUtc,
+    }
+
+    /// No relations.
+    #[derive(Copy, Clone, Debug, EnumIter, DeriveRelation)]
+    pub enum Relation {}
+
+    impl ActiveModelBehavior for ActiveModel {}
+}
 
 /// What the handlers share.
 #[derive(Clone, Debug)]
@@ -78,25 +117,33 @@ pub fn router(state: AppState) -> Router {
 
 /// Creates `schema.orders` if it is missing.
 pub async fn create_schema(db: &DatabaseConnection, schema: &str) -> Result<(), DbErr> {
-    let s = quote(schema);
     let txn = db.begin().await?;
     txn.execute_unprepared("SELECT pg_advisory_xact_lock(7242424243)")
         .await?;
-    txn.execute_unprepared(&format!(
-        "CREATE SCHEMA IF NOT EXISTS {s};
-         CREATE TABLE IF NOT EXISTS {s}.orders (
-             id uuid PRIMARY KEY,
-             total numeric NOT NULL,
-             currency text NOT NULL,
-             message_id uuid NOT NULL,
-             created_at timestamptz NOT NULL DEFAULT now())"
-    ))
-    .await?;
+    // sea-query has no CREATE SCHEMA statement: fixed text, the name quoted by sea-query.
+    let mut create = String::from("CREATE SCHEMA IF NOT EXISTS ");
+    Alias::new(schema).prepare(&mut create, PostgresQueryBuilder.quote());
+    txn.execute_unprepared(&create).await?;
+    let table = Table::create()
+        .table(TableRef::SchemaTable(
+            Alias::new(schema).into_iden(),
+            Alias::new(orders::Entity.table_name()).into_iden(),
+        ))
+        .if_not_exists()
+        .col(ColumnDef::new(orders::Column::Id).uuid().primary_key())
+        .col(ColumnDef::new(orders::Column::Total).decimal().not_null())
+        .col(ColumnDef::new(orders::Column::Currency).text().not_null())
+        .col(ColumnDef::new(orders::Column::MessageId).uuid().not_null())
+        .col(
+            ColumnDef::new(orders::Column::CreatedAt)
+                .timestamp_with_time_zone()
+                .not_null()
+                .default(Expr::current_timestamp()),
+        )
+        .to_owned();
+    txn.execute(txn.get_database_backend().build(&table))
+        .await?;
     txn.commit().await
-}
-
-fn quote(identifier: &str) -> String {
-    format!("\"{}\"", identifier.replace('"', "\"\""))
 }
 
 /// An error answer: `{"error": "..."}`.
@@ -153,25 +200,24 @@ async fn place_order(
     let order_id = order.order_id.unwrap_or_else(Uuid::now_v7);
     // The MessageId is made once, here, and stored with the order.
     let message_id = Uuid::now_v7();
-    let s = quote(&state.schema);
     let txn = state.db.begin().await?;
-    let inserted = txn
-        .execute(Statement::from_sql_and_values(
-            DbBackend::Postgres,
-            format!(
-                "INSERT INTO {s}.orders (id, total, currency, message_id, created_at) \
-                 VALUES ($1, $2, $3, $4, now()) ON CONFLICT (id) DO NOTHING"
-            ),
-            [
-                order_id.into(),
-                order.total.into(),
-                order.currency.clone().into(),
-                message_id.into(),
-            ],
-        ))
-        .await?
-        .rows_affected();
-    if inserted == 0 {
+    let inserted = orders::Entity::insert(orders::ActiveModel {
+        id: Set(order_id),
+        total: Set(order.total),
+        currency: Set(order.currency.clone()),
+        message_id: Set(message_id),
+        ..Default::default()
+    })
+    .on_conflict(
+        OnConflict::column(orders::Column::Id)
+            .do_nothing()
+            .to_owned(),
+    )
+    .retarget(&state.schema, orders::Entity.table_name())
+    .do_nothing()
+    .exec(&txn)
+    .await?;
+    if !matches!(inserted, TryInsertResult::Inserted(_)) {
         txn.rollback().await?;
         let existing = load(&state, order_id)
             .await?
@@ -222,25 +268,15 @@ async fn get_order(
 }
 
 async fn load(state: &AppState, id: Uuid) -> Result<Option<Order>, DbErr> {
-    let s = quote(&state.schema);
-    let row = state
-        .db
-        .query_one(Statement::from_sql_and_values(
-            DbBackend::Postgres,
-            format!(
-                "SELECT id, total, currency, message_id, created_at FROM {s}.orders WHERE id = $1"
-            ),
-            [id.into()],
-        ))
+    let order = orders::Entity::find_by_id(id)
+        .retarget(&state.schema, orders::Entity.table_name())
+        .one(&state.db)
         .await?;
-    row.map(|row| {
-        Ok(Order {
-            order_id: row.try_get("", "id")?,
-            total: row.try_get("", "total")?,
-            currency: row.try_get("", "currency")?,
-            message_id: row.try_get("", "message_id")?,
-            created_at: row.try_get("", "created_at")?,
-        })
-    })
-    .transpose()
+    Ok(order.map(|order| Order {
+        order_id: order.id,
+        total: order.total,
+        currency: order.currency,
+        message_id: order.message_id,
+        created_at: order.created_at,
+    }))
 }

@@ -102,7 +102,8 @@ impl OutboxDeliveryService {
 
     async fn claim(&self, txn: &DatabaseTransaction) -> Result<Vec<ClaimedOutbox>, StoreError> {
         let sql = self.config.storage.sql();
-        let statement = sql.claim_outboxes(&self.backoff.excluded(), self.config.outboxes_per_claim);
+        let statement =
+            sql.claim_outboxes(&self.backoff.excluded(), self.config.outboxes_per_claim);
         let rows = txn.query_all(statement).await?;
         rows.iter()
             .map(|row| Ok(ClaimedOutbox::from_query_result(row, "")?))

@@ -155,7 +155,9 @@ pub trait Retarget: Sized {
                 tables.naming_style()
             )));
         }
-        let table = <Self::Entity as OutboxEntity>::TABLE.name(tables).to_owned();
+        let table = <Self::Entity as OutboxEntity>::TABLE
+            .name(tables)
+            .to_owned();
         Ok(self.retarget(tables.schema_name(), &table))
     }
 }
@@ -164,9 +166,7 @@ impl<E: EntityTrait> Retarget for Select<E> {
     type Entity = E;
 
     fn retarget(mut self, schema: &str, table: &str) -> Self {
-        self.query()
-            .from_clear()
-            .from(aliased::<E>(schema, table));
+        self.query().from_clear().from(aliased::<E>(schema, table));
         self
     }
 }

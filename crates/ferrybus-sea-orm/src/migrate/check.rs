@@ -226,7 +226,10 @@ async fn has_inbox_key(db: &impl ConnectionTrait, tables: &Tables) -> Result<boo
     let query = Query::select()
         .expr_as(text(&tc, "constraint_name"), a("constraint_name"))
         .expr_as(text(&kcu, "column_name"), a("column_name"))
-        .from_as((a("information_schema"), a("table_constraints")), tc.clone())
+        .from_as(
+            (a("information_schema"), a("table_constraints")),
+            tc.clone(),
+        )
         .inner_join(
             sea_orm::sea_query::TableRef::SchemaTableAlias(
                 sea_orm::sea_query::IntoIden::into_iden(a("information_schema")),

@@ -4,15 +4,15 @@
 //! `OutboxStateEntityConfiguration.cs`, `OutboxMessageEntityConfiguration.cs`).
 
 use sea_orm::sea_query::{
-    Alias, Asterisk, ColumnDef, Expr, SimpleExpr, ForeignKey, ForeignKeyCreateStatement, Func, Index,
-    IndexCreateStatement, IntoIden, Query, TableCreateStatement,
+    Alias, Asterisk, ColumnDef, Expr, ForeignKey, ForeignKeyCreateStatement, Func, Index,
+    IndexCreateStatement, IntoIden, Query, SimpleExpr, TableCreateStatement,
 };
 use sea_orm::{ConnectionTrait, DbErr, FromQueryResult};
 use sea_orm_migration::{MigrationName, MigrationTrait, SchemaManager};
 
 use crate::config::Tables;
-use crate::entity::{inbox_state as inbox, outbox_message as msg, outbox_state as state};
 use crate::entity::OutboxTable::{self, InboxState, OutboxMessage, OutboxState};
+use crate::entity::{inbox_state as inbox, outbox_message as msg, outbox_state as state};
 use crate::sql::build;
 use crate::sql::names::{column_name, constraint_name, Names};
 
@@ -187,7 +187,11 @@ fn message_table(n: &Names, t: &Tables, foreign_keys: bool) -> TableCreateStatem
         .col(ColumnDef::new(n.c(C::InboxConsumerId)).uuid())
         .col(ColumnDef::new(n.c(C::OutboxId)).uuid())
         .col(ColumnDef::new(n.c(C::MessageId)).uuid().not_null())
-        .col(ColumnDef::new(n.c(C::ContentType)).string_len(256).not_null())
+        .col(
+            ColumnDef::new(n.c(C::ContentType))
+                .string_len(256)
+                .not_null(),
+        )
         .col(ColumnDef::new(n.c(C::MessageType)).text().not_null())
         .col(ColumnDef::new(n.c(C::Body)).text().not_null())
         .col(ColumnDef::new(n.c(C::ConversationId)).uuid())
@@ -227,21 +231,22 @@ fn timestamp(name: sea_orm::sea_query::DynIden) -> ColumnDef {
 }
 
 fn indexes(n: &Names, t: &Tables) -> Vec<IndexCreateStatement> {
-    let index = |table: OutboxTable, cols: Vec<(sea_orm::sea_query::DynIden, String)>, unique: bool| {
-        let names: Vec<String> = cols.iter().map(|(_, name)| name.clone()).collect();
-        let mut index = Index::create();
-        index
-            .if_not_exists()
-            .name(cname(t, "IX", table, &names))
-            .table(n.table(table));
-        for (col, _) in cols {
-            index.col(col);
-        }
-        if unique {
-            index.unique();
-        }
-        index.to_owned()
-    };
+    let index =
+        |table: OutboxTable, cols: Vec<(sea_orm::sea_query::DynIden, String)>, unique: bool| {
+            let names: Vec<String> = cols.iter().map(|(_, name)| name.clone()).collect();
+            let mut index = Index::create();
+            index
+                .if_not_exists()
+                .name(cname(t, "IX", table, &names))
+                .table(n.table(table));
+            for (col, _) in cols {
+                index.col(col);
+            }
+            if unique {
+                index.unique();
+            }
+            index.to_owned()
+        };
     macro_rules! cols {
         ($($col:expr),+) => { vec![$((n.c($col), cn(t, $col))),+] };
     }
@@ -334,15 +339,47 @@ pub(super) async fn has_foreign_key(
             Alias::new("n"),
         )
         .from(cat("pg_constraint", &c))
-        .inner_join(cat("pg_class", &r), Expr::col((r.clone(), a("oid"))).equals((c.clone(), a("conrelid"))))
-        .inner_join(cat("pg_namespace", &rn), Expr::col((rn.clone(), a("oid"))).equals((r.clone(), a("relnamespace"))))
-        .inner_join(cat("pg_class", &f), Expr::col((f.clone(), a("oid"))).equals((c.clone(), a("confrelid"))))
-        .inner_join(cat("pg_namespace", &fns), Expr::col((fns.clone(), a("oid"))).equals((f.clone(), a("relnamespace"))))
-        .and_where(Expr::col((c, a("contype"))).cast_as(Alias::new("text")).eq("f"))
-        .and_where(Expr::col((rn, a("nspname"))).cast_as(Alias::new("text")).eq(t.schema_name()))
-        .and_where(Expr::col((r, a("relname"))).cast_as(Alias::new("text")).eq(from.name(t)))
-        .and_where(Expr::col((fns, a("nspname"))).cast_as(Alias::new("text")).eq(t.schema_name()))
-        .and_where(Expr::col((f, a("relname"))).cast_as(Alias::new("text")).eq(to.name(t)))
+        .inner_join(
+            cat("pg_class", &r),
+            Expr::col((r.clone(), a("oid"))).equals((c.clone(), a("conrelid"))),
+        )
+        .inner_join(
+            cat("pg_namespace", &rn),
+            Expr::col((rn.clone(), a("oid"))).equals((r.clone(), a("relnamespace"))),
+        )
+        .inner_join(
+            cat("pg_class", &f),
+            Expr::col((f.clone(), a("oid"))).equals((c.clone(), a("confrelid"))),
+        )
+        .inner_join(
+            cat("pg_namespace", &fns),
+            Expr::col((fns.clone(), a("oid"))).equals((f.clone(), a("relnamespace"))),
+        )
+        .and_where(
+            Expr::col((c, a("contype")))
+                .cast_as(Alias::new("text"))
+                .eq("f"),
+        )
+        .and_where(
+            Expr::col((rn, a("nspname")))
+                .cast_as(Alias::new("text"))
+                .eq(t.schema_name()),
+        )
+        .and_where(
+            Expr::col((r, a("relname")))
+                .cast_as(Alias::new("text"))
+                .eq(from.name(t)),
+        )
+        .and_where(
+            Expr::col((fns, a("nspname")))
+                .cast_as(Alias::new("text"))
+                .eq(t.schema_name()),
+        )
+        .and_where(
+            Expr::col((f, a("relname")))
+                .cast_as(Alias::new("text"))
+                .eq(to.name(t)),
+        )
         .to_owned();
     let row = db.query_one(build(&query)).await?;
     let count = row

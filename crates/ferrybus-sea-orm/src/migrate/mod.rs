@@ -118,7 +118,9 @@ impl Step {
 /// assert!(!dotnet.contains("FOREIGN KEY"));
 /// ```
 pub fn sql(tables: &Tables, foreign_keys: bool) -> String {
-    Migrator::new(tables.clone()).foreign_keys(foreign_keys).sql()
+    Migrator::new(tables.clone())
+        .foreign_keys(foreign_keys)
+        .sql()
 }
 
 /// ferrybus's own migration runner, for services without sea-orm-migration: applies every

@@ -82,19 +82,16 @@ impl BusOutbox {
         db: &impl ConnectionTrait,
         message: &OutgoingMessage,
     ) -> Result<Uuid, StoreError> {
-        let statement =
-            self.config
-                .sql()
-                .bus_insert(Utc::now(), self.config.channel(), message)?;
-        let row = db
-            .query_one(statement)
-            .await?
-            .ok_or_else(|| {
-                StoreError::new(
-                    StoreErrorKind::Database,
-                    "the outbox insert returned no row",
-                )
-            })?;
+        let statement = self
+            .config
+            .sql()
+            .bus_insert(Utc::now(), self.config.channel(), message)?;
+        let row = db.query_one(statement).await?.ok_or_else(|| {
+            StoreError::new(
+                StoreErrorKind::Database,
+                "the outbox insert returned no row",
+            )
+        })?;
         Ok(WrittenOutbox::from_query_result(&row, "")?.outbox_id)
     }
 }

@@ -27,19 +27,31 @@ pub(crate) fn message_values(
         (Column::Properties, v(properties_json(message)?.into())),
         (Column::MessageId, v(message.message_id.into())),
         (Column::ContentType, v(message.content_type.clone().into())),
-        (Column::MessageType, v(message.message_type.join(";").into())),
+        (
+            Column::MessageType,
+            v(message.message_type.join(";").into()),
+        ),
         (Column::Body, v(body.to_owned().into())),
         (Column::ConversationId, v(message.conversation_id.into())),
         (Column::CorrelationId, v(message.correlation_id.into())),
         (Column::InitiatorId, v(message.initiator_id.into())),
         (Column::RequestId, v(message.request_id.into())),
-        (Column::SourceAddress, v(message.source_address.clone().into())),
+        (
+            Column::SourceAddress,
+            v(message.source_address.clone().into()),
+        ),
         (
             Column::DestinationAddress,
             v(Some(message.destination_address.clone()).into()),
         ),
-        (Column::ResponseAddress, v(message.response_address.clone().into())),
-        (Column::FaultAddress, v(message.fault_address.clone().into())),
+        (
+            Column::ResponseAddress,
+            v(message.response_address.clone().into()),
+        ),
+        (
+            Column::FaultAddress,
+            v(message.fault_address.clone().into()),
+        ),
         (
             Column::ExpirationTime,
             v(names.ts_value(message.expiration_time)),
@@ -104,8 +116,7 @@ pub(crate) fn message_columns(names: &Names, a: &'static str) -> Vec<(SimpleExpr
 
 /// Turns a row selected with [`message_columns`] into a message to send.
 pub(crate) fn read_message(row: &QueryResult) -> Result<StoredRow, StoreError> {
-    let model =
-        Model::from_query_result(row, "").map_err(|e| StoreError::decode(e.to_string()))?;
+    let model = Model::from_query_result(row, "").map_err(|e| StoreError::decode(e.to_string()))?;
     let seq = model.sequence_number;
     let outbox_id = model.outbox_id;
     let Some(destination) = model.destination_address.filter(|d| !d.is_empty()) else {

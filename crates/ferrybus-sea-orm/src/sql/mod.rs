@@ -11,8 +11,8 @@ pub(crate) mod names;
 use chrono::{DateTime, Utc};
 use ferrybus_core::OutgoingMessage;
 use sea_orm::sea_query::{
-    extension::postgres::PgExpr, Alias, Asterisk, CommonTableExpression, Expr, Func,
-    LockBehavior, LockType, OnConflict, Order, PgFunc, Query, SimpleExpr, WindowStatement,
+    extension::postgres::PgExpr, Alias, Asterisk, CommonTableExpression, Expr, Func, LockBehavior,
+    LockType, OnConflict, Order, PgFunc, Query, SimpleExpr, WindowStatement,
 };
 use sea_orm::{
     ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, FromQueryResult,
@@ -25,8 +25,8 @@ use names::Names;
 
 use crate::config::Tables;
 use crate::consumer_outbox::InboxKey;
-use crate::entity::{inbox_state as inbox, outbox_message as msg, outbox_state as state};
 use crate::entity::OutboxTable;
+use crate::entity::{inbox_state as inbox, outbox_message as msg, outbox_state as state};
 use crate::error::StoreError;
 
 /// Builds a sea-query statement for PostgreSQL.
@@ -115,7 +115,6 @@ async fn default_is_read_committed(db: &DatabaseConnection) -> Result<bool, Stor
     let level: Option<String> = row.map(|r| r.try_get("", "level")).transpose()?;
     Ok(level.is_some_and(|l| l.eq_ignore_ascii_case("read committed")))
 }
-
 
 /// The rendered-per-call statements for one set of tables.
 #[derive(Debug)]
@@ -221,7 +220,12 @@ impl Sql {
     /// the consumer's transaction commits (and disappears with a rollback), so "consumed,
     /// nothing to send" costs no second write. A consumer that publishes clears `Delivered` in
     /// the statement that writes its messages. Nothing happens when the row exists.
-    pub(crate) fn inbox_insert(&self, key: InboxKey, lock_id: Uuid, now: DateTime<Utc>) -> Statement {
+    pub(crate) fn inbox_insert(
+        &self,
+        key: InboxKey,
+        lock_id: Uuid,
+        now: DateTime<Utc>,
+    ) -> Statement {
         let n = &self.names;
         let query = Query::insert()
             .into_table(n.table(INBOX))
@@ -394,12 +398,13 @@ impl Sql {
             }
             let mut row: Vec<SimpleExpr> = vec![key.message_id.into(), key.consumer_id.into()];
             row.extend(values.into_iter().map(|(_, v)| v));
-            query.values(row).map_err(|e| StoreError::encode(e.to_string()))?;
+            query
+                .values(row)
+                .map_err(|e| StoreError::encode(e.to_string()))?;
         }
-        query.returning(Query::returning().expr(named!(
-            bigint(n.e(msg::Column::SequenceNumber)),
-            "seq"
-        )));
+        query.returning(
+            Query::returning().expr(named!(bigint(n.e(msg::Column::SequenceNumber)), "seq")),
+        );
         if let Some(now) = pending_at {
             let pending = Query::update()
                 .table(n.table(INBOX))
@@ -429,8 +434,7 @@ impl Sql {
         let n = &self.names;
         // md5('ferrybus-outbox:' || txid_current()::text)::uuid
         let outbox_id = || -> SimpleExpr {
-            let txid = SimpleExpr::from(Func::cust(alias("txid_current")))
-                .cast_as(alias("text"));
+            let txid = SimpleExpr::from(Func::cust(alias("txid_current"))).cast_as(alias("text"));
             SimpleExpr::from(Func::md5(Expr::val("ferrybus-outbox:").concat(txid)))
                 .cast_as(alias("uuid"))
         };
@@ -453,7 +457,10 @@ impl Sql {
         select.exprs(values.into_iter().map(|(_, v)| v));
         select.from_subquery(
             Query::select()
-                .expr(Func::cust(alias("pg_notify")).args([SimpleExpr::from(channel), SimpleExpr::from("")]))
+                .expr(
+                    Func::cust(alias("pg_notify"))
+                        .args([SimpleExpr::from(channel), SimpleExpr::from("")]),
+                )
                 .to_owned(),
             alias("notified"),
         );
@@ -464,10 +471,9 @@ impl Sql {
             .select_from(select)
             .map_err(|e| StoreError::encode(e.to_string()))?;
         query
-            .returning(Query::returning().expr(named!(
-                Expr::col(n.c(msg::Column::OutboxId)),
-                "outbox_id"
-            )))
+            .returning(
+                Query::returning().expr(named!(Expr::col(n.c(msg::Column::OutboxId)), "outbox_id")),
+            )
             .with_cte(
                 CommonTableExpression::new()
                     .query(state_row)
@@ -576,7 +582,8 @@ impl Sql {
         let query = Query::delete()
             .from_table(n.table(STATE))
             .and_where(
-                Expr::col(n.c(state::Column::OutboxId)).eq(PgFunc::any(Expr::val(complete.to_vec()))),
+                Expr::col(n.c(state::Column::OutboxId))
+                    .eq(PgFunc::any(Expr::val(complete.to_vec()))),
             )
             .to_owned();
         build(&query)
@@ -654,7 +661,8 @@ impl Sql {
         let n = &self.names;
         let count = |table, filter: Option<SimpleExpr>| -> SimpleExpr {
             let mut q = Query::select();
-            q.expr(Func::count(Expr::col(Asterisk))).from(n.table(table));
+            q.expr(Func::count(Expr::col(Asterisk)))
+                .from(n.table(table));
             if let Some(filter) = filter {
                 q.and_where(filter);
             }
@@ -670,7 +678,6 @@ impl Sql {
         build(&query)
     }
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -722,7 +729,8 @@ mod tests {
                 sql.inbox_finish(key, now, Some(3), id, true),
                 sql.inbox_finish(key, now, Some(3), id, false),
                 sql.inbox_messages(key, 0),
-                sql.insert_inbox_messages(key, &[message(), message()], Some(now)).unwrap(),
+                sql.insert_inbox_messages(key, &[message(), message()], Some(now))
+                    .unwrap(),
                 sql.bus_insert(now, "chan", &message()).unwrap(),
                 sql.claim_outboxes(&[id], 64),
                 sql.outbox_messages(&[id], 100),
@@ -735,7 +743,11 @@ mod tests {
             ];
             for statement in statements {
                 println!("{}\n", statement.sql);
-                assert!(!statement.sql.contains(&id.to_string()), "{}", statement.sql);
+                assert!(
+                    !statement.sql.contains(&id.to_string()),
+                    "{}",
+                    statement.sql
+                );
                 assert!(!statement.sql.contains("chan"), "{}", statement.sql);
             }
         }

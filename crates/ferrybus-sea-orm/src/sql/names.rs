@@ -156,7 +156,7 @@ impl Names {
 mod tests {
     use super::*;
     use crate::entity::{dotnet, inbox_state, outbox_message, outbox_state};
-    use sea_orm::{Iterable, IdenStatic};
+    use sea_orm::{IdenStatic, Iterable};
 
     #[test]
     fn names_follow_ef_conventions() {
@@ -191,7 +191,10 @@ mod tests {
         for (snake, pascal) in pairs::<inbox_state::Column, dotnet::inbox_state::Column>()
             .into_iter()
             .chain(pairs::<outbox_state::Column, dotnet::outbox_state::Column>())
-            .chain(pairs::<outbox_message::Column, dotnet::outbox_message::Column>())
+            .chain(pairs::<
+                outbox_message::Column,
+                dotnet::outbox_message::Column,
+            >())
         {
             assert_eq!(snake, pascal);
         }
