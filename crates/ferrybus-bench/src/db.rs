@@ -46,7 +46,7 @@ pub(crate) async fn create_schema(admin: &PgPool, schema: &str) -> Result<(), Bo
     )
     .await?;
     let tables = Tables::dotnet_default().schema(schema);
-    tx.execute(migrate::render(&tables, true).as_str()).await?;
+    tx.execute(migrate::sql(&tables, true).as_str()).await?;
     tx.execute(BUSINESS_TABLE).await?;
     tx.commit().await?;
     Ok(())

@@ -26,7 +26,7 @@ use uuid::Uuid;
 
 /// The `orders` table (schema `orders` by default, `ORDERS_SCHEMA`): each statement is pointed
 /// at the configured schema with ferrybus's [`Retarget`].
-pub mod orders {
+pub mod order {
     use sea_orm::entity::prelude::*;
 
     /// One order.
@@ -127,15 +127,15 @@ pub async fn create_schema(db: &DatabaseConnection, schema: &str) -> Result<(), 
     let table = Table::create()
         .table(TableRef::SchemaTable(
             Alias::new(schema).into_iden(),
-            Alias::new(orders::Entity.table_name()).into_iden(),
+            Alias::new(order::Entity.table_name()).into_iden(),
         ))
         .if_not_exists()
-        .col(ColumnDef::new(orders::Column::Id).uuid().primary_key())
-        .col(ColumnDef::new(orders::Column::Total).decimal().not_null())
-        .col(ColumnDef::new(orders::Column::Currency).text().not_null())
-        .col(ColumnDef::new(orders::Column::MessageId).uuid().not_null())
+        .col(ColumnDef::new(order::Column::Id).uuid().primary_key())
+        .col(ColumnDef::new(order::Column::Total).decimal().not_null())
+        .col(ColumnDef::new(order::Column::Currency).text().not_null())
+        .col(ColumnDef::new(order::Column::MessageId).uuid().not_null())
         .col(
-            ColumnDef::new(orders::Column::CreatedAt)
+            ColumnDef::new(order::Column::CreatedAt)
                 .timestamp_with_time_zone()
                 .not_null()
                 .default(Expr::current_timestamp()),
@@ -201,7 +201,7 @@ async fn place_order(
     // The MessageId is made once, here, and stored with the order.
     let message_id = Uuid::now_v7();
     let txn = state.db.begin().await?;
-    let inserted = orders::Entity::insert(orders::ActiveModel {
+    let inserted = order::Entity::insert(order::ActiveModel {
         id: Set(order_id),
         total: Set(order.total),
         currency: Set(order.currency.clone()),
@@ -209,11 +209,11 @@ async fn place_order(
         ..Default::default()
     })
     .on_conflict(
-        OnConflict::column(orders::Column::Id)
+        OnConflict::column(order::Column::Id)
             .do_nothing()
             .to_owned(),
     )
-    .retarget(&state.schema, orders::Entity.table_name())
+    .retarget(&state.schema, order::Entity.table_name())
     .do_nothing()
     .exec(&txn)
     .await?;
@@ -268,8 +268,8 @@ async fn get_order(
 }
 
 async fn load(state: &AppState, id: Uuid) -> Result<Option<Order>, DbErr> {
-    let order = orders::Entity::find_by_id(id)
-        .retarget(&state.schema, orders::Entity.table_name())
+    let order = order::Entity::find_by_id(id)
+        .retarget(&state.schema, order::Entity.table_name())
         .one(&state.db)
         .await?;
     Ok(order.map(|order| Order {

@@ -15,14 +15,14 @@ use crate::error::StoreError;
 /// [`StoreErrorKind::Config`](crate::StoreErrorKind::Config) error, not sea-orm's panic, when
 /// `db` is not a PostgreSQL pool (a mock, a proxy, another backend, a closed connection).
 pub(crate) fn postgres_pool(db: &DatabaseConnection) -> Result<PgPool, StoreError> {
-    match db {
-        DatabaseConnection::SqlxPostgresPoolConnection(_) => {
-            Ok(db.get_postgres_connection_pool().clone())
-        }
-        _ => Err(StoreError::config(
-            "the outbox needs a PostgreSQL connection pool (sea-orm's sqlx-postgres) for LISTEN/NOTIFY",
-        )),
+    // `if let`, not a match: which other variants exist depends on the sea-orm features the
+    // application enables (mock, proxy, other backends).
+    if let DatabaseConnection::SqlxPostgresPoolConnection(_) = db {
+        return Ok(db.get_postgres_connection_pool().clone());
     }
+    Err(StoreError::config(
+        "the outbox needs a PostgreSQL connection pool (sea-orm's sqlx-postgres) for LISTEN/NOTIFY",
+    ))
 }
 
 /// Listens until cancelled, reconnecting after errors. Holds one pool connection.
