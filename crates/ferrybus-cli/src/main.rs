@@ -22,6 +22,7 @@ mod inspect;
 mod management;
 mod message;
 mod outbox;
+mod output;
 mod queues;
 mod redact;
 mod storage;

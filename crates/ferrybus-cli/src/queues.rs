@@ -33,7 +33,9 @@ use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
-use comfy_table::{presets, ContentArrangement, Table};
+use comfy_table::{presets, Table};
+
+use crate::output::arrangement;
 use ferrybus_core::EndpointAddress;
 use indicatif::{ProgressBar, ProgressStyle};
 use lapin::options::{BasicAckOptions, BasicGetOptions, BasicNackOptions, BasicPublishOptions};
@@ -191,7 +193,7 @@ fn print_table(out: &mut impl Write, rows: &[Summary]) -> Result<(), CliError> {
     let mut table = Table::new();
     table
         .load_preset(presets::UTF8_FULL_CONDENSED)
-        .set_content_arrangement(ContentArrangement::Dynamic)
+        .set_content_arrangement(arrangement())
         .set_header([
             "#",
             "message id",
@@ -201,9 +203,6 @@ fn print_table(out: &mut impl Write, rows: &[Summary]) -> Result<(), CliError> {
             "retries",
             "input",
         ]);
-    if !std::io::stdout().is_terminal() {
-        table.set_width(160);
-    }
     for row in rows {
         let exception = match (&row.exception_type, &row.exception_message) {
             (Some(t), Some(m)) => format!("{t}: {}", shorten(m, 80)),
@@ -415,6 +414,7 @@ pub(crate) async fn replay(
     let mut snapshot = Snapshot::open(broker, queue).await?;
     let mut publisher = Publisher::new(broker).await?;
     let bar = progress(snapshot.total, "replaying");
+    let log = Log { bar: &bar, json };
     let mut wanted = selection.message_ids.len();
     let (mut replayed, mut failed) = (0usize, 0usize);
     let run: Result<(), CliError> = async {
@@ -432,19 +432,19 @@ pub(crate) async fn replay(
                 Ok(target) => match acker.ack(BasicAckOptions::default()).await {
                     Ok(_) => {
                         replayed += 1;
-                        bar.println(format!("replayed {id} to {target}"));
+                        log.done(&id, "replayed", json!(target), &format!("to {target}"))?;
                     }
                     Err(e) => {
                         failed += 1;
-                        bar.println(format!(
-                            "failed {id}: its copy is in {target}, but it could not be removed from {queue} ({}); replaying it again makes a duplicate the inbox absorbs",
+                        log.failed(&id, &format!(
+                            "its copy is in {target}, but it could not be removed from {queue} ({}); replaying it again makes a duplicate the inbox absorbs",
                             describe(&e)
-                        ));
+                        ))?;
                     }
                 },
                 Err(reason) => {
                     failed += 1;
-                    bar.println(format!("failed {id}: {reason}; it stays in {queue}"));
+                    log.failed(&id, &format!("{reason}; it stays in {queue}"))?;
                 }
             }
             if wanted > 0 && selection.message_ids.iter().any(|w| message.has_id(w)) {
@@ -481,6 +481,7 @@ pub(crate) async fn purge(
 ) -> Result<(), CliError> {
     let mut snapshot = Snapshot::open(broker, queue).await?;
     let bar = progress(snapshot.total, "purging");
+    let log = Log { bar: &bar, json };
     let mut wanted = selection.message_ids.len();
     let (mut purged, mut failed) = (0usize, 0usize);
     let run: Result<(), CliError> = async {
@@ -495,11 +496,11 @@ pub(crate) async fn purge(
             match acker.ack(BasicAckOptions::default()).await {
                 Ok(_) => {
                     purged += 1;
-                    bar.println(format!("purged {id}"));
+                    log.done(&id, "purged", json!(true), "")?;
                 }
                 Err(e) => {
                     failed += 1;
-                    bar.println(format!("failed {id}: {}", describe(&e)));
+                    log.failed(&id, &describe(&e))?;
                 }
             }
             if wanted > 0 {
@@ -535,6 +536,39 @@ fn summary(json: bool, verb: &str, done: usize, failed: usize) -> Result<(), Cli
     }
     out.flush()?;
     Ok(())
+}
+
+/// One line per message on standard output (a JSON object with `--json`), printed above the
+/// progress bar.
+struct Log<'a> {
+    bar: &'a ProgressBar,
+    json: bool,
+}
+
+impl Log<'_> {
+    fn line(&self, text: String) -> Result<(), CliError> {
+        self.bar.suspend(|| {
+            let mut out = std::io::stdout().lock();
+            writeln!(out, "{text}").and_then(|()| out.flush())
+        })?;
+        Ok(())
+    }
+
+    fn done(&self, id: &str, verb: &str, value: Value, words: &str) -> Result<(), CliError> {
+        if self.json {
+            self.line(json!({"messageId": id, verb: value}).to_string())
+        } else {
+            self.line(format!("{verb} {id} {words}").trim_end().to_owned())
+        }
+    }
+
+    fn failed(&self, id: &str, reason: &str) -> Result<(), CliError> {
+        if self.json {
+            self.line(json!({"messageId": id, "failed": reason}).to_string())
+        } else {
+            self.line(format!("failed {id}: {reason}"))
+        }
+    }
 }
 
 /// A progress bar on standard error when it is a terminal; nothing otherwise.

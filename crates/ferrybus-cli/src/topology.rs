@@ -16,7 +16,9 @@
 
 use std::io::Write;
 
-use comfy_table::{presets, ContentArrangement, Table};
+use comfy_table::{presets, Table};
+
+use crate::output::arrangement;
 use lapin::options::{ExchangeDeclareOptions, QueueDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::ExchangeKind;
@@ -556,11 +558,8 @@ pub(crate) fn print(out: &mut impl Write, c: &Comparison) -> Result<(), CliError
     let mut table = Table::new();
     table
         .load_preset(presets::UTF8_FULL_CONDENSED)
-        .set_content_arrangement(ContentArrangement::Dynamic)
+        .set_content_arrangement(arrangement())
         .set_header(["", "name", "ferrybus declares", "broker has", "status"]);
-    if !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
-        table.set_width(160);
-    }
     for r in &c.rows {
         table.add_row([
             r.kind,
