@@ -35,8 +35,8 @@ impl Management {
     /// `http://<host>:15672/` (`https://…:15671/` for `amqps`) with the broker URL's
     /// credentials (`guest`/`guest` when it has none).
     pub(crate) fn new(amqp_url: &str, explicit: Option<&str>) -> Result<Self, Unavailable> {
-        let (base, from_amqp) = match explicit {
-            Some(url) => (url.to_owned(), None),
+        let base = match explicit {
+            Some(url) => url.to_owned(),
             None => {
                 let parsed = Url::parse(amqp_url).map_err(|e| Unavailable {
                     url: redact::url(amqp_url),
@@ -49,12 +49,11 @@ impl Management {
                 } else {
                     host.to_owned()
                 };
-                let base = if tls {
+                if tls {
                     format!("https://{host}:15671/")
                 } else {
                     format!("http://{host}:15672/")
-                };
-                (base, Some(parsed))
+                }
             }
         };
         let mut url = Url::parse(&base).map_err(|e| Unavailable {
@@ -66,16 +65,17 @@ impl Management {
                 .decode_utf8_lossy()
                 .into_owned()
         };
-        let credentials = match &from_amqp {
-            Some(amqp) if !amqp.username().is_empty() => Some((
-                decode(amqp.username()),
-                decode(amqp.password().unwrap_or("")),
-            )),
-            Some(_) => Some(("guest".to_owned(), "guest".to_owned())),
-            None if !url.username().is_empty() => {
-                Some((decode(url.username()), decode(url.password().unwrap_or(""))))
+        // The management URL's own credentials, else the broker URL's, else guest/guest.
+        let credentials = if url.username().is_empty() {
+            match Url::parse(amqp_url) {
+                Ok(amqp) if !amqp.username().is_empty() => (
+                    decode(amqp.username()),
+                    decode(amqp.password().unwrap_or("")),
+                ),
+                _ => ("guest".to_owned(), "guest".to_owned()),
             }
-            None => None,
+        } else {
+            (decode(url.username()), decode(url.password().unwrap_or("")))
         };
         let _ = url.set_username("");
         let _ = url.set_password(None);
@@ -83,12 +83,11 @@ impl Management {
         if !base.ends_with('/') {
             base.push('/');
         }
-        let authorization = credentials.map(|(user, password)| {
-            format!(
-                "Basic {}",
-                base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
-            )
-        });
+        let (user, password) = credentials;
+        let authorization = Some(format!(
+            "Basic {}",
+            base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+        ));
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .timeout_global(Some(TIMEOUT))
             .http_status_as_error(false)
@@ -180,6 +179,22 @@ mod tests {
             .unwrap();
         assert_eq!(explicit.url(), "http://mgmt:8080/rabbit/");
         assert!(!explicit.url().contains("pw"));
+        let basic = |m: &Management| m.authorization.clone().unwrap();
+        let encode = |s: &str| {
+            format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(s)
+            )
+        };
+        assert_eq!(basic(&explicit), encode("admin:pw"));
+        let borrowed = Management::new("amqp://ops:s3cret@h", Some("http://mgmt:15672"))
+            .ok()
+            .unwrap();
+        assert_eq!(basic(&borrowed), encode("ops:s3cret"));
+        assert_eq!(
+            basic(&Management::new("amqp://h", None).ok().unwrap()),
+            encode("guest:guest")
+        );
         assert_eq!(segment("/"), "%2F");
         assert_eq!(segment("billing-invoice"), "billing%2Dinvoice");
     }

@@ -519,8 +519,8 @@ fn compare_with_management(
         };
         rows.push(Row {
             kind: "binding",
-            name: format!("{} → {}", b.source, b.destination),
-            expected: format!("{} → {} {}", b.source, b.destination_type, b.destination),
+            name: binding_name(&b.source, b.destination_type, &b.destination),
+            expected: "bound".into(),
             actual: if found {
                 "bound".into()
             } else {
