@@ -413,7 +413,7 @@ async fn skipped_queues_have_the_same_verbs() {
         .await;
 
     let lines = json_lines(&success(&run(&["skipped", "list", &q, "--json"]).await));
-    assert_eq!(ids_of(&lines), [id.clone()]);
+    assert_eq!(ids_of(&lines), std::slice::from_ref(&id));
     assert_eq!(lines[0]["reason"], "dead-letter");
     assert_eq!(
         lines[0]["messageType"],
