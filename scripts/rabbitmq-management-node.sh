@@ -3,7 +3,7 @@
 # that read the management API. It runs beside the shared broker (its own node name, ports,
 # data directory and Erlang cookie, on loopback) and never touches it.
 #
-#   scripts/rabbitmq-management-node.sh start DIR AMQP_PORT HTTP_PORT   # returns once it answers
+#   scripts/rabbitmq-management-node.sh start DIR AMQP_PORT HTTP_PORT DIST_PORT   # returns once it answers
 #   scripts/rabbitmq-management-node.sh stop DIR
 set -euo pipefail
 
@@ -23,7 +23,7 @@ node_env() {
     export RABBITMQ_ENABLED_PLUGINS_FILE="$dir/enabled_plugins"
     export RABBITMQ_CONF_ENV_FILE="$dir/rabbitmq-env.conf"
     export RABBITMQ_DIST_PORT
-    RABBITMQ_DIST_PORT=$(( $(cat "$dir/amqp_port") + 20000 ))
+    RABBITMQ_DIST_PORT=$(cat "$dir/dist_port")
     export ERL_EPMD_ADDRESS=127.0.0.1
     export ERL_FLAGS="-kernel inet_dist_use_interface {127,0,0,1}"
 }
@@ -32,8 +32,11 @@ case "$command" in
 start)
     amqp_port=${3:?AMQP port}
     http_port=${4:?HTTP port}
+    dist_port=${5:?Erlang distribution port}
+    command -v curl >/dev/null || { echo "curl is needed" >&2; exit 1; }
     mkdir -p "$dir/mnesia" "$dir/log"
     echo "$amqp_port" >"$dir/amqp_port"
+    echo "$dist_port" >"$dir/dist_port"
     head -c 20 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$dir/.erlang.cookie"
     chmod 400 "$dir/.erlang.cookie"
     printf 'listeners.tcp.local = 127.0.0.1:%s\nmanagement.tcp.ip = 127.0.0.1\nmanagement.tcp.port = %s\nloopback_users = none\n' \
@@ -68,7 +71,7 @@ stop)
     rm -rf "$dir"
     ;;
 *)
-    echo "usage: $0 start DIR AMQP_PORT HTTP_PORT | stop DIR" >&2
+    echo "usage: $0 start DIR AMQP_PORT HTTP_PORT DIST_PORT | stop DIR" >&2
     exit 2
     ;;
 esac

@@ -798,9 +798,11 @@ async fn topology_command(amqp_url: &str, args: TopologyArgs) -> Result<(), CliE
     }
     out.flush()?;
     if comparison.differences > 0 {
+        let n = comparison.differences;
         return Err(CliError::check(format!(
-            "the broker's topology for {} differs from what ferrybus declares ({} differences)",
-            comparison.endpoint, comparison.differences
+            "the broker's topology for {} differs from what ferrybus declares ({n} difference{})",
+            comparison.endpoint,
+            if n == 1 { "" } else { "s" }
         )));
     }
     Ok(())

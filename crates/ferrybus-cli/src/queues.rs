@@ -47,6 +47,9 @@ use crate::amqp::{self, describe, Broker};
 use crate::error::{CliError, CliErrorKind};
 use crate::message::{amqp_to_json, is_fault_header, Filter, QueuedMessage, Summary};
 
+/// How many continuation lines of a header (a stack trace) `show` prints.
+const MAX_HEADER_LINES: usize = 12;
+
 /// How long the broker may take to confirm one replayed message.
 const CONFIRM_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -176,11 +179,17 @@ pub(crate) async fn list(
     finished?;
     if !json {
         print_table(&mut stdout, &rows)?;
-        let filtered = if filter.is_empty() { "" } else { " matching" };
-        writeln!(
-            stdout,
-            "{matched}{filtered} of {total} messages in {queue} shown; they are still in the queue"
-        )?;
+        if total == 0 {
+            writeln!(stdout, "{queue} is empty")?;
+        } else if matched == 0 {
+            writeln!(stdout, "none of the {total} messages in {queue} matches")?;
+        } else {
+            let filtered = if filter.is_empty() { "" } else { " matching" };
+            writeln!(
+                stdout,
+                "{matched}{filtered} of {total} messages in {queue} shown; they are still in the queue"
+            )?;
+        }
     }
     stdout.flush()?;
     Ok(())
@@ -365,8 +374,16 @@ fn write_show(
         let text = plain(value);
         let mut lines = text.lines();
         writeln!(out, "  {name}: {}", lines.next().unwrap_or_default())?;
-        for line in lines {
+        let rest: Vec<&str> = lines.collect();
+        for line in rest.iter().take(MAX_HEADER_LINES) {
             writeln!(out, "      {line}")?;
+        }
+        if rest.len() > MAX_HEADER_LINES {
+            writeln!(
+                out,
+                "      … {} more lines (--json shows all)",
+                rest.len() - MAX_HEADER_LINES
+            )?;
         }
     }
     writeln!(out)?;

@@ -138,7 +138,7 @@ async fn a_ferrybus_endpoint_matches_over_amqp() {
     ])
     .await;
     let line = failure(&out, 1);
-    assert_eq!(line, format!("error: the broker's topology for {q} differs from what ferrybus declares (1 differences)"));
+    assert_eq!(line, format!("error: the broker's topology for {q} differs from what ferrybus declares (1 difference)"));
     let table = String::from_utf8(out.stdout).unwrap();
     assert!(table.contains("inequivalent arg 'x-queue-type'"), "{table}");
     assert!(table.contains("1 difference\n"), "{table}");
@@ -199,7 +199,16 @@ fn free_port() -> u16 {
 impl ManagementNode {
     fn start() -> Self {
         let dir = std::env::temp_dir().join(unique("ferrybus-mgmt-node"));
-        let (amqp_port, http_port) = (free_port(), free_port());
+        // Held together, so the three are different.
+        let listeners: Vec<_> = (0..3)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect();
+        let ports: Vec<u16> = listeners
+            .iter()
+            .map(|l| l.local_addr().unwrap().port())
+            .collect();
+        drop(listeners);
+        let (amqp_port, http_port, dist_port) = (ports[0], ports[1], ports[2]);
         let node = Self {
             dir,
             amqp_port,
@@ -211,6 +220,7 @@ impl ManagementNode {
             .arg(&node.dir)
             .arg(amqp_port.to_string())
             .arg(http_port.to_string())
+            .arg(dist_port.to_string())
             .status()
             .expect("bash runs");
         assert!(status.success(), "the management node starts");
