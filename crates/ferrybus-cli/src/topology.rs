@@ -402,12 +402,16 @@ pub(crate) async fn compare(
                 });
             }
             for b in &bindings {
+                // A lazy pair's binding is declared with its queue: unknown once that exists.
+                let declared = rows
+                    .iter()
+                    .any(|r| r.kind == "queue" && r.name == b.destination && r.actual != "absent");
                 rows.push(Row {
                     kind: "binding",
                     name: binding_name(&b.source, b.destination_type, &b.destination),
                     expected: "bound".into(),
                     actual: "not visible over AMQP".into(),
-                    status: if b.lazy {
+                    status: if b.lazy && !declared {
                         "not declared yet"
                     } else {
                         "unknown"
