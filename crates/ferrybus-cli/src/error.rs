@@ -21,6 +21,8 @@ pub(crate) enum CliErrorKind {
     Check,
     /// The output could not be written.
     Output,
+    /// Standard output was closed by its reader (`| head`): stop quietly.
+    OutputClosed,
 }
 
 /// Why a command failed. `Display` is the reason printed after `error: `, with every URL's
@@ -68,12 +70,19 @@ impl CliError {
         )
     }
 
-    /// The exit status for this error: 2 for misuse, 1 otherwise.
+    /// The exit status for this error: 2 for misuse, 0 when the reader of standard output went
+    /// away, 1 otherwise.
     pub(crate) fn exit_code(&self) -> u8 {
         match self.kind {
             CliErrorKind::Usage => 2,
+            CliErrorKind::OutputClosed => 0,
             _ => 1,
         }
+    }
+
+    /// Whether to print the error (not when nobody reads the output any more).
+    pub(crate) fn is_reported(&self) -> bool {
+        self.kind != CliErrorKind::OutputClosed
     }
 }
 
@@ -98,6 +107,9 @@ impl From<ferrybus_core::EnvelopeError> for CliError {
 
 impl From<std::io::Error> for CliError {
     fn from(error: std::io::Error) -> Self {
+        if error.kind() == std::io::ErrorKind::BrokenPipe {
+            return Self::new(CliErrorKind::OutputClosed, "standard output closed");
+        }
         Self::output(error)
     }
 }

@@ -363,7 +363,9 @@ fn main() -> ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            report(&error);
+            if error.is_reported() {
+                report(&error);
+            }
             ExitCode::from(error.exit_code())
         }
     }

@@ -432,7 +432,6 @@ pub(crate) async fn replay(
     let mut publisher = Publisher::new(broker).await?;
     let bar = progress(snapshot.total, "replaying");
     let log = Log { bar: &bar, json };
-    let mut wanted = selection.message_ids.len();
     let (mut replayed, mut failed) = (0usize, 0usize);
     let run: Result<(), CliError> = async {
         while let Some((message, acker)) = snapshot.next().await? {
@@ -464,12 +463,6 @@ pub(crate) async fn replay(
                     log.failed(&id, &format!("{reason}; it stays in {queue}"))?;
                 }
             }
-            if wanted > 0 && selection.message_ids.iter().any(|w| message.has_id(w)) {
-                wanted -= 1;
-                if wanted == 0 {
-                    break;
-                }
-            }
         }
         Ok(())
     }
@@ -499,7 +492,6 @@ pub(crate) async fn purge(
     let mut snapshot = Snapshot::open(broker, queue).await?;
     let bar = progress(snapshot.total, "purging");
     let log = Log { bar: &bar, json };
-    let mut wanted = selection.message_ids.len();
     let (mut purged, mut failed) = (0usize, 0usize);
     let run: Result<(), CliError> = async {
         while let Some((message, acker)) = snapshot.next().await? {
@@ -518,12 +510,6 @@ pub(crate) async fn purge(
                 Err(e) => {
                     failed += 1;
                     log.failed(&id, &describe(&e))?;
-                }
-            }
-            if wanted > 0 {
-                wanted -= 1;
-                if wanted == 0 {
-                    break;
                 }
             }
         }

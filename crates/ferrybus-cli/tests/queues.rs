@@ -486,3 +486,61 @@ async fn passwords_never_appear() {
     }
     probe.cleanup().await;
 }
+
+/// Every copy of a message id is selected (a message faulted twice has two copies).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_copy_of_a_message_id_is_selected() {
+    let probe = Probe::connect(&amqp_url()).await;
+    let q = unique("cli-copies");
+    let ids = faulted_endpoint(&probe, &q).await;
+    let error = format!("{q}_error");
+    let body = envelope(&ids[0], "Bookstore.Contracts:OrderPlaced", json!({}));
+    let properties = faulted_properties(
+        &ids[0],
+        &format!("rabbitmq://localhost/{q}"),
+        "E",
+        "again",
+        "2025-05-25T18:00:00Z",
+    );
+    probe.publish("", &error, &body, properties).await;
+
+    let out = success(&run(&["errors", "replay", &q, "--message-id", &ids[0]]).await);
+    assert_eq!(out.lines().last(), Some("replayed 2, failed 0"), "{out}");
+    assert_eq!(probe.queue_count(&q).await, Some(2));
+    assert_eq!(
+        ids_of(&json_lines(&success(
+            &run(&["errors", "list", &q, "--json"]).await
+        ))),
+        ids[1..].to_vec()
+    );
+    probe.cleanup().await;
+}
+
+/// A reader that goes away (`| head -1`) ends the listing quietly, and the messages stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_output_ends_the_listing_quietly() {
+    let probe = Probe::connect(&amqp_url()).await;
+    let q = unique("cli-pipe");
+    faulted_endpoint(&probe, &q).await;
+    let error = format!("{q}_error");
+    let out = tokio::task::spawn_blocking(move || {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ferrybus"))
+            .args(["--amqp-url", &amqp_url(), "errors", "list", &q, "--json"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take()); // nobody reads
+        child.wait_with_output().unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(probe.queue_count(&error).await, Some(3));
+    probe.cleanup().await;
+}
