@@ -188,14 +188,6 @@ fn script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/rabbitmq-management-node.sh")
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 impl ManagementNode {
     fn start() -> Self {
         let dir = std::env::temp_dir().join(unique("ferrybus-mgmt-node"));
