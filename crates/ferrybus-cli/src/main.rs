@@ -495,7 +495,7 @@ async fn queue_command(
             filter,
             limit,
             json,
-        } => queues::list(&broker, &queue, &filter, limit, json).await,
+        } => queues::list(&broker, kind, &queue, &filter, limit, json).await,
         QueueRun::Show { message_id, json } => {
             queues::show(&broker, &queue, &message_id, json).await
         }

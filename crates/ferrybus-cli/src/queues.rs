@@ -144,6 +144,7 @@ impl Snapshot {
 /// `errors list` / `skipped list`.
 pub(crate) async fn list(
     broker: &Broker,
+    kind: QueueKind,
     queue: &str,
     filter: &Filter,
     limit: Option<usize>,
@@ -178,7 +179,10 @@ pub(crate) async fn list(
     result?;
     finished?;
     if !json {
-        print_table(&mut stdout, &rows)?;
+        match kind {
+            QueueKind::Error => print_table(&mut stdout, &rows)?,
+            QueueKind::Skipped => print_skipped_table(&mut stdout, &rows)?,
+        }
         if total == 0 {
             writeln!(stdout, "{queue} is empty")?;
         } else if matched == 0 {
@@ -236,6 +240,42 @@ fn print_table(out: &mut impl Write, rows: &[Summary]) -> Result<(), CliError> {
             row.retry_count
                 .map_or_else(|| "-".into(), |n| n.to_string()),
             input,
+        ]);
+    }
+    writeln!(out, "{table}")?;
+    Ok(())
+}
+
+/// The table of a `_skipped` queue: no fault, so the reason, when it was sent and where it was
+/// skipped.
+fn print_skipped_table(out: &mut impl Write, rows: &[Summary]) -> Result<(), CliError> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let mut table = Table::new();
+    table
+        .load_preset(presets::UTF8_FULL_CONDENSED)
+        .set_content_arrangement(arrangement())
+        .set_header([
+            "#",
+            "message id",
+            "message type",
+            "reason",
+            "sent at",
+            "skipped by",
+        ]);
+    let dash = || "-".to_owned();
+    for row in rows {
+        table.add_row([
+            row.position.to_string(),
+            row.message_id.clone().unwrap_or_else(dash),
+            row.message_type
+                .as_deref()
+                .map(|t| t.strip_prefix("urn:message:").unwrap_or(t).to_owned())
+                .unwrap_or_else(dash),
+            row.reason.clone().unwrap_or_else(dash),
+            row.sent_time.clone().unwrap_or_else(dash),
+            row.host.clone().unwrap_or_else(dash),
         ]);
     }
     writeln!(out, "{table}")?;
