@@ -419,6 +419,12 @@ async fn skipped_queues_have_the_same_verbs() {
         lines[0]["messageType"],
         "urn:message:Bookstore.Contracts:Unknown"
     );
+    let table = success(&run(&["skipped", "list", &q]).await);
+    assert!(table.contains("skipped by"), "{table}");
+    assert!(
+        table.contains("dead-letter") && table.contains("billing-7d9f"),
+        "{table}"
+    );
     let shown = success(&run(&["skipped", "show", &skipped, &id]).await);
     assert!(shown.contains("MT-Reason: dead-letter"), "{shown}");
 
