@@ -550,3 +550,112 @@ async fn a_closed_output_ends_the_listing_quietly() {
     assert_eq!(probe.queue_count(&error).await, Some(3));
     probe.cleanup().await;
 }
+
+/// Killed in the middle of a replay, nothing is lost: every message is in the error queue or in
+/// its input queue, and at most one (confirmed, not yet removed) is in both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replay_killed_midway_loses_nothing() {
+    const COUNT: usize = 300;
+    let probe = Probe::connect(&amqp_url()).await;
+    let q = unique("cli-kill");
+    probe.track_endpoint(&q);
+    probe
+        .declare_queue(&q, true, FieldTable::default())
+        .await
+        .unwrap();
+    let error = format!("{q}_error");
+    probe
+        .declare_queue(&error, true, FieldTable::default())
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..COUNT {
+        let id = uuid::Uuid::now_v7().to_string();
+        let body = envelope(&id, "Bookstore.Contracts:OrderPlaced", json!({}));
+        let properties = faulted_properties(
+            &id,
+            &format!("rabbitmq://localhost/{q}"),
+            "E",
+            "boom",
+            "2025-05-24T18:00:00Z",
+        );
+        probe.publish("", &error, &body, properties).await;
+        ids.push(id);
+    }
+
+    let queue = q.clone();
+    tokio::task::spawn_blocking(move || {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ferrybus"))
+            .args([
+                "--amqp-url",
+                &amqp_url(),
+                "errors",
+                "replay",
+                &queue,
+                "--all",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        // Kill it as soon as it has replayed a few.
+        for _ in 0..5 {
+            if lines.next().is_none() {
+                break;
+            }
+        }
+        let _ = child.kill();
+        child.wait().unwrap();
+    })
+    .await
+    .unwrap();
+
+    // The broker returns the killed connection's unacknowledged messages.
+    let (in_error, in_input) = eventually("every message accounted for", WAIT, || async {
+        let e = probe.queue_count(&error).await.unwrap() as usize;
+        let i = probe.queue_count(&q).await.unwrap() as usize;
+        (e + i >= COUNT).then_some((e, i))
+    })
+    .await;
+    assert!(in_input >= 5, "it replayed some before it died: {in_input}");
+    let error_ids: Vec<String> = if in_error > 0 {
+        ids_of(&json_lines(&success(
+            &run(&["errors", "list", &q, "--json"]).await,
+        )))
+    } else {
+        Vec::new()
+    };
+    let mut input_ids = Vec::new();
+    while let Some(m) = probe.get(&q).await {
+        input_ids.push(
+            m.delivery
+                .properties
+                .message_id()
+                .as_ref()
+                .unwrap()
+                .to_string(),
+        );
+    }
+    let mut all: Vec<String> = error_ids.iter().chain(&input_ids).cloned().collect();
+    all.sort();
+    all.dedup();
+    let mut expected = ids.clone();
+    expected.sort();
+    assert_eq!(all, expected, "none lost");
+    let both = error_ids.iter().filter(|id| input_ids.contains(id)).count();
+    assert!(both <= 1, "{both} messages are in both queues");
+    let mut unique_input = input_ids.clone();
+    unique_input.sort();
+    unique_input.dedup();
+    assert_eq!(
+        unique_input.len(),
+        input_ids.len(),
+        "no message was replayed twice"
+    );
+    // The error queue kept its order.
+    let order: Vec<&String> = ids.iter().filter(|id| error_ids.contains(id)).collect();
+    assert_eq!(order, error_ids.iter().collect::<Vec<_>>());
+    probe.cleanup().await;
+}
