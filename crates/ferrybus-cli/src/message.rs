@@ -297,10 +297,12 @@ pub(crate) fn format_time(time: &DateTime<Utc>) -> String {
 /// type, timestamp, stack trace, retry count) and every `MT-Host-*`
 /// (`RabbitMqMoveTransport.Move` calls `SetHostHeaders`, `RabbitMqErrorTransport` copies the
 /// exception headers, `RabbitMqDeadLetterTransport` sets `MT-Reason`). A replay removes them:
-/// they describe the failure, not the message, and MassTransit's own re-sends never carry them
-/// — `TransferConsumeContextHeaders` (`src/MassTransit.Abstractions/Contexts/SendContextExtensions.cs`)
-/// skips every `MT-` header, and a new fault overwrites `MT-Fault-*` but would leave a stale
-/// `MT-Fault-RetryCount` of an earlier one behind.
+/// they describe the failure, not the message, and a message in flight never has them.
+/// MassTransit's sends from a consumer drop every `MT-` header (`TransferConsumeContextHeaders`,
+/// `src/MassTransit.Abstractions/Contexts/SendContextExtensions.cs`); its redelivery copies the
+/// consumed message's headers (`src/MassTransit/Serialization/ForwardMessagePipe.cs`), so stale
+/// ones would travel on, and a new fault overwrites the `MT-Fault-*` headers it sets but would
+/// leave, say, an old `MT-Fault-RetryCount` behind.
 pub(crate) fn is_fault_header(name: &str) -> bool {
     let lower = name.to_ascii_lowercase();
     lower == "mt-reason" || lower.starts_with("mt-fault-") || lower.starts_with("mt-host-")
