@@ -485,16 +485,15 @@ pub(crate) async fn replay(
                 Err(reason) => Err(reason),
             };
             match outcome {
-                Ok(target) => match acker.ack(BasicAckOptions::default()).await {
-                    Ok(_) => {
+                Ok(target) => match remove(&acker).await {
+                    Ok(()) => {
                         replayed += 1;
                         log.done(&id, "replayed", json!(target), &format!("to {target}"))?;
                     }
-                    Err(e) => {
+                    Err(reason) => {
                         failed += 1;
                         log.failed(&id, &format!(
-                            "its copy is in {target}, but it could not be removed from {queue} ({}); replaying it again makes a duplicate the inbox absorbs",
-                            describe(&e)
+                            "its copy is in {target}, but it could not be removed from {queue} ({reason}); replaying it again makes a duplicate the inbox absorbs"
                         ))?;
                     }
                 },
@@ -542,14 +541,14 @@ pub(crate) async fn purge(
             let id = message
                 .message_id()
                 .unwrap_or_else(|| format!("at position {}", message.position));
-            match acker.ack(BasicAckOptions::default()).await {
-                Ok(_) => {
+            match remove(&acker).await {
+                Ok(()) => {
                     purged += 1;
                     log.done(&id, "purged", json!(true), "")?;
                 }
-                Err(e) => {
+                Err(reason) => {
                     failed += 1;
-                    log.failed(&id, &describe(&e))?;
+                    log.failed(&id, &reason)?;
                 }
             }
         }
@@ -568,6 +567,16 @@ pub(crate) async fn purge(
         )));
     }
     Ok(())
+}
+
+/// Acknowledges a message taken from the queue, removing it; an error when the ack could not be
+/// sent (the channel is gone: the broker will return the message).
+async fn remove(acker: &Acker) -> Result<(), String> {
+    match acker.ack(BasicAckOptions::default()).await {
+        Ok(true) => Ok(()),
+        Ok(false) => Err("the channel it came on is gone; the broker returns it".into()),
+        Err(e) => Err(describe(&e)),
+    }
 }
 
 fn summary(json: bool, verb: &str, done: usize, failed: usize) -> Result<(), CliError> {
