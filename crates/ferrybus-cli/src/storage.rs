@@ -121,7 +121,7 @@ impl TableSet {
 
 /// The DDL that creates these tables (what `migrate` runs), for a DBA.
 pub(crate) fn migration_sql(set: &TableSet, foreign_keys: bool) -> String {
-    migrate::render(&set.tables(), foreign_keys)
+    migrate::sql(&set.tables(), foreign_keys)
 }
 
 /// Creates whatever of the tables is missing (idempotent, under the migrator's advisory lock).
