@@ -385,7 +385,7 @@ fn fixture_11_v8_minimal_handwritten() {
         Envelope {
             message_id: id("181c0000-6393-3630-36a4-08daf4e7c6da"),
             message_type: types(&["urn:message:MassTransitRepro:SampleEvent"]),
-            message: json!({}),
+            message: json!({}).into(),
             ..Envelope::default()
         }
     );
