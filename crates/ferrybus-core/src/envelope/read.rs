@@ -8,6 +8,7 @@
 //! MassTransit's `MessageEnvelope` (`src/MassTransit.Abstractions/Serialization/Serialization/MessageEnvelope.cs`) types
 //! `messageType` as `string[]`: a single string is refused, as System.Text.Json refuses it.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use chrono::{DateTime, Utc};
@@ -81,8 +82,8 @@ impl<'de> Visitor<'de> for EnvelopeVisitor {
                         .map_err(|r| EnvelopeError::field("headers", r))
                 })?,
                 Key::Host => map
-                    .next_value::<Value>()
-                    .map(|v| read_host(v).map(|v| envelope.host = v))?,
+                    .next_value::<Box<RawValue>>()
+                    .map(|raw| read_raw_host(&raw).map(|v| envelope.host = v))?,
                 Key::Other => map.next_value::<IgnoredAny>().map(|_| Ok(()))?,
             };
             if let Err(error) = read {
@@ -191,14 +192,15 @@ impl<'de> Deserialize<'de> for Key {
     }
 }
 
-/// A scalar envelope value, read without failing on a wrong shape.
-enum Loose {
+/// A scalar envelope value, read without failing on a wrong shape; text borrowed from the body
+/// where it has no escapes.
+enum Loose<'de> {
     Null,
-    Text(String),
+    Text(Cow<'de, str>),
     Wrong(&'static str),
 }
 
-impl<'de> Deserialize<'de> for Loose {
+impl<'de> Deserialize<'de> for Loose<'de> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         deserializer.deserialize_any(LooseVisitor)
     }
@@ -207,50 +209,54 @@ impl<'de> Deserialize<'de> for Loose {
 struct LooseVisitor;
 
 impl<'de> Visitor<'de> for LooseVisitor {
-    type Value = Loose;
+    type Value = Loose<'de>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a string or null")
     }
 
-    fn visit_unit<E: de::Error>(self) -> Result<Loose, E> {
+    fn visit_unit<E: de::Error>(self) -> Result<Loose<'de>, E> {
         Ok(Loose::Null)
     }
 
-    fn visit_none<E: de::Error>(self) -> Result<Loose, E> {
+    fn visit_none<E: de::Error>(self) -> Result<Loose<'de>, E> {
         Ok(Loose::Null)
     }
 
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Loose, E> {
-        Ok(Loose::Text(v.to_owned()))
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Loose<'de>, E> {
+        Ok(Loose::Text(Cow::Borrowed(v)))
     }
 
-    fn visit_string<E: de::Error>(self, v: String) -> Result<Loose, E> {
-        Ok(Loose::Text(v))
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Loose<'de>, E> {
+        Ok(Loose::Text(Cow::Owned(v.to_owned())))
     }
 
-    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Loose, E> {
+    fn visit_string<E: de::Error>(self, v: String) -> Result<Loose<'de>, E> {
+        Ok(Loose::Text(Cow::Owned(v)))
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Loose<'de>, E> {
         Ok(Loose::Wrong("a boolean"))
     }
 
-    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Loose, E> {
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Loose<'de>, E> {
         Ok(Loose::Wrong("a number"))
     }
 
-    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Loose, E> {
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Loose<'de>, E> {
         Ok(Loose::Wrong("a number"))
     }
 
-    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Loose, E> {
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Loose<'de>, E> {
         Ok(Loose::Wrong("a number"))
     }
 
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Loose, A::Error> {
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Loose<'de>, A::Error> {
         while seq.next_element::<IgnoredAny>()?.is_some() {}
         Ok(Loose::Wrong("an array"))
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Loose, A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Loose<'de>, A::Error> {
         while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
         Ok(Loose::Wrong("an object"))
     }
@@ -279,7 +285,7 @@ impl<'de> Deserialize<'de> for Types {
                 let mut wrong = None;
                 while let Some(item) = seq.next_element::<Loose>()? {
                     match item {
-                        Loose::Text(urn) => list.push(urn),
+                        Loose::Text(urn) => list.push(urn.into_owned()),
                         Loose::Null => wrong = wrong.or(Some("null")),
                         Loose::Wrong(kind) => wrong = wrong.or(Some(kind)),
                     }
@@ -310,7 +316,7 @@ impl<'de> Deserialize<'de> for Types {
     }
 }
 
-fn guid(field: &'static str, value: Loose) -> Result<Option<Uuid>, EnvelopeError> {
+fn guid(field: &'static str, value: Loose<'_>) -> Result<Option<Uuid>, EnvelopeError> {
     match value {
         Loose::Null => Ok(None),
         Loose::Text(s) if s.trim().is_empty() => Ok(None),
@@ -324,10 +330,10 @@ fn guid(field: &'static str, value: Loose) -> Result<Option<Uuid>, EnvelopeError
     }
 }
 
-fn text(field: &'static str, value: Loose) -> Result<Option<String>, EnvelopeError> {
+fn text(field: &'static str, value: Loose<'_>) -> Result<Option<String>, EnvelopeError> {
     match value {
         Loose::Null => Ok(None),
-        Loose::Text(s) => Ok(Some(s)),
+        Loose::Text(s) => Ok(Some(s.into_owned())),
         Loose::Wrong(kind) => Err(EnvelopeError::field(
             field,
             format!("expected a string, found {kind}"),
@@ -348,7 +354,7 @@ fn types(value: Types) -> Result<Vec<String>, EnvelopeError> {
     }
 }
 
-fn time(field: &'static str, value: Loose) -> Result<Option<DateTime<Utc>>, EnvelopeError> {
+fn time(field: &'static str, value: Loose<'_>) -> Result<Option<DateTime<Utc>>, EnvelopeError> {
     match value {
         Loose::Null => Ok(None),
         Loose::Text(s) if s.is_empty() => Ok(None),
@@ -360,6 +366,29 @@ fn time(field: &'static str, value: Loose) -> Result<Option<DateTime<Utc>>, Enve
             format!("expected a date-time string, found {kind}"),
         )),
     }
+}
+
+/// Reads the envelope's `host` from its JSON text: an object, keys in any case, or `null`.
+fn read_raw_host(raw: &RawValue) -> Result<Option<HostInfo>, EnvelopeError> {
+    let text = raw.get();
+    if text == "null" {
+        return Ok(None);
+    }
+    if !text.starts_with('{') {
+        let kind = match text.as_bytes()[0] {
+            b'[' => "an array",
+            b'"' => "a string",
+            b't' | b'f' => "a boolean",
+            _ => "a number",
+        };
+        return Err(EnvelopeError::field(
+            "host",
+            format!("expected an object, found {kind}"),
+        ));
+    }
+    crate::message::bind::<HostInfo>(text)
+        .map(Some)
+        .map_err(|e| EnvelopeError::field("host", e.to_string()))
 }
 
 /// Reads a `host` object (keys in any case), as the envelope and `MT-Host-Info` carry it.
