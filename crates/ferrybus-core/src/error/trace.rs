@@ -101,7 +101,7 @@ pub(crate) fn dyn_error_type(error: &(dyn StdError + 'static)) -> String {
 
 /// Frames that say nothing about the failing code: the runtime, the standard library, the
 /// combinators, and ferrybus's own error construction.
-const SKIPPED_FRAMES: [&str; 19] = [
+const SKIPPED_FRAMES: [&str; 21] = [
     "std::",
     "core::",
     "alloc::",
@@ -116,6 +116,8 @@ const SKIPPED_FRAMES: [&str; 19] = [
     "ferrybus_core::error::trace::render",
     "ferrybus_core::consume::panic::",
     "__rust",
+    "test::",
+    "fn(",
     "rust_begin_unwind",
     "_start",
     "__libc_start",
@@ -144,15 +146,15 @@ pub(crate) fn render(backtrace: &Backtrace) -> String {
             }
             None => None,
         };
-        let symbol = strip_hash(symbol);
-        if symbol.is_empty() || symbol == "<unknown>" || is_skipped(symbol) {
+        let symbol = strip_disambiguators(strip_hash(symbol));
+        if symbol.is_empty() || symbol == "<unknown>" || is_skipped(&symbol) {
             continue;
         }
         if !out.is_empty() {
             out.push('\n');
         }
         out.push_str("   at ");
-        out.push_str(symbol);
+        out.push_str(&symbol);
         if let Some(location) = location.as_deref().and_then(relative_location) {
             out.push_str(" in ");
             out.push_str(&location);
@@ -164,14 +166,39 @@ pub(crate) fn render(backtrace: &Backtrace) -> String {
     truncate(&out)
 }
 
-/// `   12: some::function` → `some::function`.
+/// `   12:     0x55d0c0ffee00 - some::function` (or without the address) → `some::function`.
 fn frame_symbol(line: &str) -> Option<&str> {
     let trimmed = line.trim_start();
     let (index, rest) = trimmed.split_once(": ")?;
-    index
-        .chars()
-        .all(|c| c.is_ascii_digit())
-        .then_some(rest.trim())
+    if !index.chars().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let rest = rest.trim();
+    Some(match rest.split_once(" - ") {
+        Some((address, symbol)) if address.starts_with("0x") => symbol,
+        _ => rest,
+    })
+}
+
+/// `std[e28293b1aa0f68bd]::io` → `std::io`: the compiler's crate disambiguators left out.
+fn strip_disambiguators(symbol: &str) -> String {
+    let mut out = String::with_capacity(symbol.len());
+    let mut rest = symbol;
+    while let Some(open) = rest.find('[') {
+        let tail = &rest[open + 1..];
+        match tail.find(']') {
+            Some(close) if close > 0 && tail[..close].chars().all(|c| c.is_ascii_hexdigit()) => {
+                out.push_str(&rest[..open]);
+                rest = &tail[close + 1..];
+            }
+            _ => {
+                out.push_str(&rest[..=open]);
+                rest = tail;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 /// `path::to::fn::h0123456789abcdef` → `path::to::fn`.
@@ -266,6 +293,19 @@ mod tests {
         assert_eq!(dyn_error_type(&io), "std::io::Error");
         let boxed: Box<dyn StdError + Send + Sync> = "text".into();
         assert_eq!(dyn_error_type(&*boxed), "Exception");
+    }
+
+    #[test]
+    fn frames_lose_addresses_and_disambiguators() {
+        assert_eq!(
+            frame_symbol("  12:     0x555fae73d4b1 - stack_trace::fail"),
+            Some("stack_trace::fail")
+        );
+        assert_eq!(frame_symbol("   3: a::b"), Some("a::b"));
+        assert_eq!(
+            strip_disambiguators("<std[e28293b1aa0f68bd]::x as core[c1f1a4ba060b9bfa]::Y>::z[0]"),
+            "<std::x as core::Y>::z[0]"
+        );
     }
 
     #[test]
