@@ -187,7 +187,8 @@ fn strip_disambiguators(symbol: &str) -> String {
     while let Some(open) = rest.find('[') {
         let tail = &rest[open + 1..];
         match tail.find(']') {
-            Some(close) if close > 0 && tail[..close].chars().all(|c| c.is_ascii_hexdigit()) => {
+            Some(16) if tail[..16].chars().all(|c| c.is_ascii_hexdigit()) => {
+                let close = 16;
                 out.push_str(&rest[..open]);
                 rest = &tail[close + 1..];
             }
