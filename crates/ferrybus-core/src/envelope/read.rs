@@ -37,31 +37,31 @@ impl<'de> Visitor<'de> for EnvelopeVisitor {
         while let Some(key) = map.next_key::<Key>()? {
             let read = match key {
                 Key::MessageId => map
-                    .next_value::<Loose>()
+                    .next_value::<Loose<'_>>()
                     .map(|v| guid("messageId", v).map(|v| envelope.message_id = v))?,
                 Key::RequestId => map
-                    .next_value::<Loose>()
+                    .next_value::<Loose<'_>>()
                     .map(|v| guid("requestId", v).map(|v| envelope.request_id = v))?,
                 Key::CorrelationId => map
-                    .next_value::<Loose>()
+                    .next_value::<Loose<'_>>()
                     .map(|v| guid("correlationId", v).map(|v| envelope.correlation_id = v))?,
                 Key::ConversationId => map
-                    .next_value::<Loose>()
+                    .next_value::<Loose<'_>>()
                     .map(|v| guid("conversationId", v).map(|v| envelope.conversation_id = v))?,
                 Key::InitiatorId => map
-                    .next_value::<Loose>()
+                    .next_value::<Loose<'_>>()
                     .map(|v| guid("initiatorId", v).map(|v| envelope.initiator_id = v))?,
                 Key::SourceAddress => map
-                    .next_value::<Loose>()
+                    .next_value::<Loose<'_>>()
                     .map(|v| text("sourceAddress", v).map(|v| envelope.source_address = v))?,
-                Key::DestinationAddress => map.next_value::<Loose>().map(|v| {
+                Key::DestinationAddress => map.next_value::<Loose<'_>>().map(|v| {
                     text("destinationAddress", v).map(|v| envelope.destination_address = v)
                 })?,
                 Key::ResponseAddress => map
-                    .next_value::<Loose>()
+                    .next_value::<Loose<'_>>()
                     .map(|v| text("responseAddress", v).map(|v| envelope.response_address = v))?,
                 Key::FaultAddress => map
-                    .next_value::<Loose>()
+                    .next_value::<Loose<'_>>()
                     .map(|v| text("faultAddress", v).map(|v| envelope.fault_address = v))?,
                 Key::MessageType => map
                     .next_value::<Types>()
@@ -71,10 +71,10 @@ impl<'de> Visitor<'de> for EnvelopeVisitor {
                     Ok(())
                 }
                 Key::ExpirationTime => map
-                    .next_value::<Loose>()
+                    .next_value::<Loose<'_>>()
                     .map(|v| time("expirationTime", v).map(|v| envelope.expiration_time = v))?,
                 Key::SentTime => map
-                    .next_value::<Loose>()
+                    .next_value::<Loose<'_>>()
                     .map(|v| time("sentTime", v).map(|v| envelope.sent_time = v))?,
                 Key::Headers => map.next_value::<Value>().map(|v| {
                     Headers::from_json(v)
@@ -283,7 +283,7 @@ impl<'de> Deserialize<'de> for Types {
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Types, A::Error> {
                 let mut list = Vec::with_capacity(seq.size_hint().unwrap_or(2));
                 let mut wrong = None;
-                while let Some(item) = seq.next_element::<Loose>()? {
+                while let Some(item) = seq.next_element::<Loose<'_>>()? {
                     match item {
                         Loose::Text(urn) => list.push(urn.into_owned()),
                         Loose::Null => wrong = wrong.or(Some("null")),

@@ -64,28 +64,30 @@ pub(crate) fn readable_type_name(raw: &str) -> String {
 /// `Exception` (the text of a `Box<dyn Error>` made from a string, or an unknown type).
 pub(crate) fn dyn_error_type(error: &(dyn StdError + 'static)) -> String {
     macro_rules! known {
-        ($($ty:ty => $name:literal),* $(,)?) => {
-            $(if error.is::<$ty>() { return $name.to_owned(); })*
+        ($($ty:ty),* $(,)?) => {
+            $(if error.is::<$ty>() {
+                return readable_type_name(std::any::type_name::<$ty>());
+            })*
         };
     }
     known! {
-        std::io::Error => "std::io::Error",
-        serde_json::Error => "serde_json::Error",
-        std::fmt::Error => "std::fmt::Error",
-        std::num::ParseIntError => "core::num::ParseIntError",
-        std::num::ParseFloatError => "core::num::ParseFloatError",
-        std::num::TryFromIntError => "core::num::TryFromIntError",
-        std::str::ParseBoolError => "core::str::ParseBoolError",
-        std::str::Utf8Error => "core::str::Utf8Error",
-        std::string::FromUtf8Error => "alloc::string::FromUtf8Error",
-        uuid::Error => "uuid::Error",
-        chrono::ParseError => "chrono::format::ParseError",
-        url::ParseError => "url::ParseError",
-        tokio::time::error::Elapsed => "tokio::time::error::Elapsed",
-        crate::dotnet::DotNetValueError => "ferrybus_core::DotNetValueError",
-        crate::envelope::EnvelopeError => "ferrybus_core::EnvelopeError",
-        crate::address::AddressError => "ferrybus_core::AddressError",
-        crate::error::PublishError => "ferrybus_core::PublishError",
+        std::io::Error,
+        serde_json::Error,
+        std::fmt::Error,
+        std::num::ParseIntError,
+        std::num::ParseFloatError,
+        std::num::TryFromIntError,
+        std::str::ParseBoolError,
+        std::str::Utf8Error,
+        std::string::FromUtf8Error,
+        uuid::Error,
+        chrono::ParseError,
+        url::ParseError,
+        tokio::time::error::Elapsed,
+        crate::dotnet::DotNetValueError,
+        crate::envelope::EnvelopeError,
+        crate::address::AddressError,
+        crate::error::PublishError,
     }
     let debug = format!("{error:?}");
     let name: String = debug
