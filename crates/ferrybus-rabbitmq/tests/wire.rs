@@ -438,3 +438,47 @@ async fn faults_read_as_dotnet_writes_them() {
 fn decline(order: &OrderPlaced) -> Result<(), ConsumeError> {
     Err(InvoiceDeclined(order.order_id))?
 }
+
+/// Address options MassTransit's `RabbitMqEndpointAddress` reads: `alternateexchange=X`
+/// declares the destination with `alternate-exchange = X` (what no binding routes goes there),
+/// `bindexchange=Y` declares `Y` and binds it from the destination.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alternate_and_bound_exchanges_from_the_address() {
+    use ferrybus_core::Publish;
+    let probe = Probe::connect(&amqp_url()).await;
+    let unrouted = unique("wire-unrouted");
+    let alternate = unique("wire-alternate");
+    let source = unique("wire-source");
+    let copy = unique("wire-copy");
+    probe.track(&[], &[&unrouted, &alternate, &source, &copy]);
+    let alternate_listener = probe.bind_probe(&alternate).await;
+    let copy_listener = probe.bind_probe(&copy).await;
+    let bus = start(RabbitMqBus::builder(&amqp_url())).await;
+
+    let order = OrderPlaced {
+        order_id: Uuid::now_v7(),
+        total: "1".into(),
+        lines: vec![],
+        note: None,
+    };
+    let first = bus
+        .send(&format!("rabbitmq://localhost/{unrouted}?alternateexchange={alternate}"), &order)
+        .await
+        .unwrap();
+    let got = probe.wait_get(&alternate_listener).await;
+    assert_eq!(
+        got.delivery.properties.message_id().as_ref().unwrap().as_str(),
+        first.to_string()
+    );
+    let second = bus
+        .send(&format!("rabbitmq://localhost/{source}?bindexchange={copy}"), &order)
+        .await
+        .unwrap();
+    let got = probe.wait_get(&copy_listener).await;
+    assert_eq!(
+        got.delivery.properties.message_id().as_ref().unwrap().as_str(),
+        second.to_string()
+    );
+    bus.stop().await;
+    probe.cleanup().await;
+}
