@@ -39,8 +39,7 @@ async fn billing_invoices_an_order_with_pascal_case_properties() {
                 .to_owned();
             env.probe.track(&[], &[&fault_exchange]);
             let typed_faults = env.probe.bind_probe(&fault_exchange).await;
-            let bus =
-                start_invoice_bus(&config, &db, InvoiceConsumer::new(gateway, &schema)).await;
+            let bus = start_invoice_bus(&config, &db, InvoiceConsumer::new(gateway, &schema)).await;
 
             // What a .NET publisher with Newtonsoft's default settings writes.
             let order_id = Uuid::now_v7();
@@ -86,7 +85,13 @@ async fn billing_invoices_an_order_with_pascal_case_properties() {
                 .wait_get(&format!("{}_error", config.invoice_queue))
                 .await;
             assert_eq!(
-                moved.delivery.properties.message_id().as_ref().unwrap().as_str(),
+                moved
+                    .delivery
+                    .properties
+                    .message_id()
+                    .as_ref()
+                    .unwrap()
+                    .as_str(),
                 bad_id.to_string()
             );
             assert_eq!(

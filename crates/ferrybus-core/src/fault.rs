@@ -243,7 +243,10 @@ mod tests {
     fn exception_info_follows_the_chain() {
         let error = ConsumeError::from(ChargeFailed(std::io::Error::other("connection reset")));
         let info = ExceptionInfo::from_error(&error, "InvoiceConsumer");
-        assert_eq!(info.exception_type, "ferrybus_core::fault::tests::ChargeFailed");
+        assert_eq!(
+            info.exception_type,
+            "ferrybus_core::fault::tests::ChargeFailed"
+        );
         assert_eq!(
             info.inner_exception.as_ref().unwrap().exception_type,
             "std::io::Error"

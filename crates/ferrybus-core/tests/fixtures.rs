@@ -696,7 +696,10 @@ fn sloppy_envelopes_are_read() {
     );
     assert_eq!(e.message_id, id("00000000-0000-0000-0000-000000000001"));
     assert_eq!(e.message["orderId"], 7);
-    assert_eq!(e.fault_address.as_deref(), Some("amqp://broker/shop/order-faults"));
+    assert_eq!(
+        e.fault_address.as_deref(),
+        Some("amqp://broker/shop/order-faults")
+    );
     assert_eq!(e.conversation_id, None);
     assert!(e.headers.is_empty());
     // Version nibble 0 and an unknown variant: still a GUID to .NET.

@@ -45,7 +45,10 @@ fn stack_traces_do_not_depend_on_the_environment() {
     for line in trace.lines() {
         assert!(line.starts_with("   at "), "{line}");
         assert!(!line.contains(" in /"), "absolute path in {line}");
-        assert!(!line.contains(" at std::") && !line.contains(" at tokio::"), "{line}");
+        assert!(
+            !line.contains(" at std::") && !line.contains(" at tokio::"),
+            "{line}"
+        );
     }
 
     let error = deep(200).unwrap_err();

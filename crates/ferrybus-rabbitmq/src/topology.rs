@@ -307,7 +307,8 @@ impl Topology {
         self.exchange(channel, &exchange).await?;
         for decl in &bound {
             self.exchange(channel, decl).await?;
-            self.bind_exchange(channel, &address.name, &decl.name).await?;
+            self.bind_exchange(channel, &address.name, &decl.name)
+                .await?;
         }
         if let Some(queue) = address.queue.as_deref().filter(|_| address.bind) {
             let decl = QueueDecl {
@@ -330,7 +331,9 @@ impl Topology {
 }
 
 /// The exchange a send to `address` declares, and the `bindexchange=` exchanges bound from it.
-pub(crate) fn destination_exchanges(address: &EndpointAddress) -> (ExchangeDecl, Vec<ExchangeDecl>) {
+pub(crate) fn destination_exchanges(
+    address: &EndpointAddress,
+) -> (ExchangeDecl, Vec<ExchangeDecl>) {
     let mut exchange = ExchangeDecl::fanout(&address.name, address.durable, address.auto_delete);
     exchange.kind.clone_from(&address.exchange_type);
     if let Some(delayed) = &address.delayed_type {
@@ -381,7 +384,10 @@ mod tests {
             AMQPValue::LongString("unrouted".into())
         );
         assert_eq!(bound.len(), 1);
-        assert_eq!((bound[0].name.as_str(), bound[0].kind.as_str()), ("audit", "direct"));
+        assert_eq!(
+            (bound[0].name.as_str(), bound[0].kind.as_str()),
+            ("audit", "direct")
+        );
         let plain = EndpointAddress::parse("rabbitmq://localhost/orders").unwrap();
         let (exchange, bound) = destination_exchanges(&plain);
         assert_eq!(exchange, ExchangeDecl::fanout("orders", true, false));

@@ -13,7 +13,9 @@ use ferrybus_core::{
     RetryPolicy,
 };
 use ferrybus_rabbitmq::RabbitMqBus;
-use ferrybus_testing::{amqp_url, eventually, has_header, header_int, header_str, mt_properties, unique, Probe, WAIT};
+use ferrybus_testing::{
+    amqp_url, eventually, has_header, header_int, header_str, mt_properties, unique, Probe, WAIT,
+};
 use lapin::BasicProperties;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -53,21 +55,23 @@ pub struct InvoiceDeclined(Uuid);
 async fn recording_bus(queue: &str) -> (RabbitMqBus, Seen<(Option<Uuid>, OrderPlaced)>) {
     let seen: Seen<(Option<Uuid>, OrderPlaced)> = Arc::new(Mutex::new(Vec::new()));
     let record = seen.clone();
-    let bus = start(RabbitMqBus::builder(&amqp_url()).receive_endpoint(queue, move |e| {
-        e.consumer(consumer_fn(
-            "OrderConsumer",
-            move |ctx: ConsumeContext<OrderPlaced>| {
-                let record = record.clone();
-                async move {
-                    record
-                        .lock()
-                        .unwrap()
-                        .push((ctx.message_id(), ctx.message().clone()));
-                    Ok::<_, ConsumeError>(())
-                }
-            },
-        ))
-    }))
+    let bus = start(
+        RabbitMqBus::builder(&amqp_url()).receive_endpoint(queue, move |e| {
+            e.consumer(consumer_fn(
+                "OrderConsumer",
+                move |ctx: ConsumeContext<OrderPlaced>| {
+                    let record = record.clone();
+                    async move {
+                        record
+                            .lock()
+                            .unwrap()
+                            .push((ctx.message_id(), ctx.message().clone()));
+                        Ok::<_, ConsumeError>(())
+                    }
+                },
+            ))
+        }),
+    )
     .await;
     (bus, seen)
 }
@@ -166,7 +170,10 @@ async fn sloppy_producers_keep_working() {
     probe.publish("", &queue, &partial, no_message_id).await;
 
     let seen = wait_seen(&seen, 1).await;
-    assert_eq!(seen[0].0, Some("00000000-0000-0000-0000-0000000000a1".parse().unwrap()));
+    assert_eq!(
+        seen[0].0,
+        Some("00000000-0000-0000-0000-0000000000a1".parse().unwrap())
+    );
     assert_eq!(seen[0].1.order_id, order_id);
     assert!(seen[0].1.lines.is_empty());
     bus.stop().await;
@@ -177,14 +184,16 @@ async fn sloppy_producers_keep_working() {
     let faults = unique("wire-amqp-faults");
     probe.track(&[], &[&faults]);
     let listener = probe.bind_probe(&faults).await;
-    let bus = start(RabbitMqBus::builder(&amqp_url()).receive_endpoint(&failing_queue, |e| {
-        e.publish_faults(false).consumer(consumer_fn(
-            "DecliningConsumer",
-            |ctx: ConsumeContext<OrderPlaced>| async move {
-                Err::<(), _>(InvoiceDeclined(ctx.message().order_id).into())
-            },
-        ))
-    }))
+    let bus = start(
+        RabbitMqBus::builder(&amqp_url()).receive_endpoint(&failing_queue, |e| {
+            e.publish_faults(false).consumer(consumer_fn(
+                "DecliningConsumer",
+                |ctx: ConsumeContext<OrderPlaced>| async move {
+                    Err::<(), _>(InvoiceDeclined(ctx.message().order_id).into())
+                },
+            ))
+        }),
+    )
     .await;
     let id = Uuid::now_v7();
     let with_amqp_address = body(serde_json::json!({
@@ -194,7 +203,12 @@ async fn sloppy_producers_keep_working() {
         "message": {"orderId": order_id, "total": "3", "lines": []}
     }));
     probe
-        .publish("", &failing_queue, &with_amqp_address, mt_properties(&id.to_string()))
+        .publish(
+            "",
+            &failing_queue,
+            &with_amqp_address,
+            mt_properties(&id.to_string()),
+        )
         .await;
     let fault = probe.wait_get(&listener).await;
     let envelope = ferrybus_core::Envelope::from_slice(&fault.delivery.data).unwrap();
@@ -218,7 +232,11 @@ async fn content_types_pick_the_deserializer_as_masstransit_does() {
     probe.track(&[], &["FerrybusTests.Wire:OrderPlaced"]);
     let (bus, seen) = recording_bus(&queue).await;
 
-    let content_types = [Some("text/plain"), None, Some("application/json; charset=utf-8")];
+    let content_types = [
+        Some("text/plain"),
+        None,
+        Some("application/json; charset=utf-8"),
+    ];
     let mut expected = Vec::new();
     for (i, content_type) in content_types.iter().enumerate() {
         let id = Uuid::now_v7();
@@ -242,7 +260,13 @@ async fn content_types_pick_the_deserializer_as_masstransit_does() {
     expected.sort();
     assert_eq!(ids, expected);
     // `_error` is declared on the first move: it does not even exist.
-    assert_eq!(probe.queue_count(&format!("{queue}_error")).await.unwrap_or(0), 0);
+    assert_eq!(
+        probe
+            .queue_count(&format!("{queue}_error"))
+            .await
+            .unwrap_or(0),
+        0
+    );
     bus.stop().await;
     probe.cleanup().await;
 }
@@ -254,7 +278,10 @@ async fn a_message_type_that_is_a_string_goes_to_error() {
     let probe = Probe::connect(&amqp_url()).await;
     let queue = unique("wire-type-string");
     probe.track_endpoint(&queue);
-    probe.track(&[], &["FerrybusTests.Wire:OrderPlaced", "MassTransit:ReceiveFault"]);
+    probe.track(
+        &[],
+        &["FerrybusTests.Wire:OrderPlaced", "MassTransit:ReceiveFault"],
+    );
     let receive_faults = probe.bind_probe("MassTransit:ReceiveFault").await;
     let (bus, seen) = recording_bus(&queue).await;
 
@@ -285,7 +312,10 @@ async fn a_message_type_that_is_a_string_goes_to_error() {
         })
         .await;
     let fault: ReceiveFault = serde_json::from_value(fault.body["message"].clone()).unwrap();
-    assert_eq!(fault.content_type.as_deref(), Some("application/vnd.masstransit+json"));
+    assert_eq!(
+        fault.content_type.as_deref(),
+        Some("application/vnd.masstransit+json")
+    );
     assert!(seen.lock().unwrap().is_empty());
     bus.stop().await;
     probe.cleanup().await;
@@ -301,24 +331,32 @@ async fn a_payload_that_does_not_bind_gets_a_receive_fault_not_a_fault_of_t() {
     let probe = Probe::connect(&amqp_url()).await;
     let queue = unique("wire-unbound");
     probe.track_endpoint(&queue);
-    let fault_exchange = Fault::<OrderPlaced>::message_type().entity_name().to_owned();
+    let fault_exchange = Fault::<OrderPlaced>::message_type()
+        .entity_name()
+        .to_owned();
     probe.track(
         &[],
-        &["FerrybusTests.Wire:OrderPlaced", "MassTransit:ReceiveFault", &fault_exchange],
+        &[
+            "FerrybusTests.Wire:OrderPlaced",
+            "MassTransit:ReceiveFault",
+            &fault_exchange,
+        ],
     );
     let receive_faults = probe.bind_probe("MassTransit:ReceiveFault").await;
     let typed_faults = probe.bind_probe(&fault_exchange).await;
     let consumed = Arc::new(Mutex::new(0u32));
     let count = consumed.clone();
-    let bus = start(RabbitMqBus::builder(&amqp_url()).receive_endpoint(&queue, move |e| {
-        e.retry(RetryPolicy::immediate(1)).consumer(consumer_fn(
-            "OrderConsumer",
-            move |_ctx: ConsumeContext<OrderPlaced>| {
-                *count.lock().unwrap() += 1;
-                async { Ok::<_, ConsumeError>(()) }
-            },
-        ))
-    }))
+    let bus = start(
+        RabbitMqBus::builder(&amqp_url()).receive_endpoint(&queue, move |e| {
+            e.retry(RetryPolicy::immediate(1)).consumer(consumer_fn(
+                "OrderConsumer",
+                move |_ctx: ConsumeContext<OrderPlaced>| {
+                    *count.lock().unwrap() += 1;
+                    async { Ok::<_, ConsumeError>(()) }
+                },
+            ))
+        }),
+    )
     .await;
 
     let id = Uuid::now_v7();
@@ -338,7 +376,10 @@ async fn a_payload_that_does_not_bind_gets_a_receive_fault_not_a_fault_of_t() {
         Some("serde_json::Error")
     );
     let reason = header_str(&moved, "MT-Fault-Message").unwrap();
-    assert!(reason.contains("order-42") || reason.contains("UUID"), "{reason}");
+    assert!(
+        reason.contains("order-42") || reason.contains("UUID"),
+        "{reason}"
+    );
     assert_eq!(header_int(&moved, "MT-Fault-RetryCount"), Some(1));
     assert!(!has_header(&moved, "MT-Fault-ConsumerType"));
     assert!(!has_header(&moved, "MT-Fault-MessageType"));
@@ -348,7 +389,10 @@ async fn a_payload_that_does_not_bind_gets_a_receive_fault_not_a_fault_of_t() {
             m.body["message"]["faultedMessageId"] == id.to_string()
         })
         .await;
-    assert_eq!(fault.body["messageType"][0], "urn:message:MassTransit:ReceiveFault");
+    assert_eq!(
+        fault.body["messageType"][0],
+        "urn:message:MassTransit:ReceiveFault"
+    );
     let fault: ReceiveFault = serde_json::from_value(fault.body["message"].clone()).unwrap();
     assert_eq!(fault.exceptions[0].exception_type, "serde_json::Error");
     // The one fault of this delivery was the ReceiveFault: no Fault<OrderPlaced> at all.
@@ -367,15 +411,19 @@ async fn faults_read_as_dotnet_writes_them() {
     let probe = Probe::connect(&amqp_url()).await;
     let queue = unique("wire-fault-shape");
     probe.track_endpoint(&queue);
-    let fault_exchange = Fault::<OrderPlaced>::message_type().entity_name().to_owned();
+    let fault_exchange = Fault::<OrderPlaced>::message_type()
+        .entity_name()
+        .to_owned();
     probe.track(&[], &["FerrybusTests.Wire:OrderPlaced", &fault_exchange]);
     let faults = probe.bind_probe(&fault_exchange).await;
-    let bus = start(RabbitMqBus::builder(&amqp_url()).receive_endpoint(&queue, |e| {
-        e.consumer(consumer_fn(
-            "DecliningConsumer",
-            |ctx: ConsumeContext<OrderPlaced>| async move { decline(ctx.message()) },
-        ))
-    }))
+    let bus = start(
+        RabbitMqBus::builder(&amqp_url()).receive_endpoint(&queue, |e| {
+            e.consumer(consumer_fn(
+                "DecliningConsumer",
+                |ctx: ConsumeContext<OrderPlaced>| async move { decline(ctx.message()) },
+            ))
+        }),
+    )
     .await;
 
     let id = Uuid::now_v7();
@@ -401,15 +449,24 @@ async fn faults_read_as_dotnet_writes_them() {
     );
     let trace = header_str(&moved, "MT-Fault-StackTrace").unwrap();
     assert!(trace.chars().count() <= 2048);
-    assert!(trace.contains("at wire::decline in tests/wire.rs:line"), "{trace}");
-    assert!(!trace.contains(" in /") && !trace.contains(env!("CARGO_MANIFEST_DIR")), "{trace}");
+    assert!(
+        trace.contains("at wire::decline in tests/wire.rs:line"),
+        "{trace}"
+    );
+    assert!(
+        !trace.contains(" in /") && !trace.contains(env!("CARGO_MANIFEST_DIR")),
+        "{trace}"
+    );
     let process = std::env::current_exe()
         .unwrap()
         .file_stem()
         .unwrap()
         .to_string_lossy()
         .into_owned();
-    assert_eq!(header_str(&moved, "MT-Host-ProcessName"), Some(process.clone()));
+    assert_eq!(
+        header_str(&moved, "MT-Host-ProcessName"),
+        Some(process.clone())
+    );
     assert_eq!(
         header_str(&moved, "MT-Host-MassTransitVersion").as_deref(),
         Some(concat!("ferrybus ", env!("CARGO_PKG_VERSION")))
@@ -462,21 +519,37 @@ async fn alternate_and_bound_exchanges_from_the_address() {
         note: None,
     };
     let first = bus
-        .send(&format!("rabbitmq://localhost/{unrouted}?alternateexchange={alternate}"), &order)
+        .send(
+            &format!("rabbitmq://localhost/{unrouted}?alternateexchange={alternate}"),
+            &order,
+        )
         .await
         .unwrap();
     let got = probe.wait_get(&alternate_listener).await;
     assert_eq!(
-        got.delivery.properties.message_id().as_ref().unwrap().as_str(),
+        got.delivery
+            .properties
+            .message_id()
+            .as_ref()
+            .unwrap()
+            .as_str(),
         first.to_string()
     );
     let second = bus
-        .send(&format!("rabbitmq://localhost/{source}?bindexchange={copy}"), &order)
+        .send(
+            &format!("rabbitmq://localhost/{source}?bindexchange={copy}"),
+            &order,
+        )
         .await
         .unwrap();
     let got = probe.wait_get(&copy_listener).await;
     assert_eq!(
-        got.delivery.properties.message_id().as_ref().unwrap().as_str(),
+        got.delivery
+            .properties
+            .message_id()
+            .as_ref()
+            .unwrap()
+            .as_str(),
         second.to_string()
     );
     bus.stop().await;

@@ -33,7 +33,8 @@ pub(crate) fn read(
     // (`src/MassTransit/Serialization/Serialization.cs`, `GetMessageDeserializer`). Raw JSON is
     // registered only where the endpoint enables it.
     let raw = raw_json
-        && media_type(delivery.effective_content_type()).eq_ignore_ascii_case(RAW_JSON_CONTENT_TYPE);
+        && media_type(delivery.effective_content_type())
+            .eq_ignore_ascii_case(RAW_JSON_CONTENT_TYPE);
     Ok(if raw {
         ReadBody {
             envelope: read_raw(delivery)?,

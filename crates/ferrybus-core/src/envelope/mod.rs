@@ -135,8 +135,8 @@ impl Envelope {
         match strict {
             Ok(read) => read,
             Err(strict) if strict.is_syntax() || strict.is_eof() => {
-                let value = parse_lenient(body)
-                    .ok_or_else(|| EnvelopeError::Json(strict.to_string()))?;
+                let value =
+                    parse_lenient(body).ok_or_else(|| EnvelopeError::Json(strict.to_string()))?;
                 Self::from_value(value)
             }
             Err(other) => Err(EnvelopeError::Json(other.to_string())),

@@ -347,9 +347,7 @@ fn types(value: Types) -> Result<Vec<String>, EnvelopeError> {
         Types::List(list) => Ok(list),
         Types::Wrong(kind) => Err(EnvelopeError::field(
             "messageType",
-            format!(
-                "expected an array of URN strings, found {kind} (MassTransit reads string[])"
-            ),
+            format!("expected an array of URN strings, found {kind} (MassTransit reads string[])"),
         )),
     }
 }

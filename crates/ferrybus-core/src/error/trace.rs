@@ -140,7 +140,10 @@ pub(crate) fn render(backtrace: &Backtrace) -> String {
         let Some(symbol) = frame_symbol(line) else {
             continue;
         };
-        let location = match lines.peek().and_then(|l| l.trim_start().strip_prefix("at ")) {
+        let location = match lines
+            .peek()
+            .and_then(|l| l.trim_start().strip_prefix("at "))
+        {
             Some(location) => {
                 let location = location.to_owned();
                 lines.next();
@@ -225,7 +228,9 @@ fn is_skipped(symbol: &str) -> bool {
         Some((param, rest)) => {
             param.len() == 1
                 && param.chars().all(|c| c.is_ascii_uppercase())
-                && ["core::", "std::", "alloc::"].iter().any(|p| rest.starts_with(p))
+                && ["core::", "std::", "alloc::"]
+                    .iter()
+                    .any(|p| rest.starts_with(p))
         }
         None => false,
     }

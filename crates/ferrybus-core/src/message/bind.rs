@@ -104,10 +104,7 @@ fn resolve(key: &str, fields: &'static [&'static str]) -> Option<&'static str> {
     if fields.iter().any(|f| *f == key) {
         return None;
     }
-    fields
-        .iter()
-        .copied()
-        .find(|f| same_ignoring_case(key, f))
+    fields.iter().copied().find(|f| same_ignoring_case(key, f))
 }
 
 macro_rules! forward_wrapped {
@@ -707,7 +704,10 @@ struct BufferedMap<'a> {
 }
 
 impl<'a> BufferedMap<'a> {
-    fn new(map: &'a serde_json::Map<String, Value>, fields: Option<&'static [&'static str]>) -> Self {
+    fn new(
+        map: &'a serde_json::Map<String, Value>,
+        fields: Option<&'static [&'static str]>,
+    ) -> Self {
         let entries: Vec<(&'a str, &'a Value)> = match fields {
             None => map.iter().map(|(k, v)| (k.as_str(), v)).collect(),
             Some(fields) => {
@@ -745,7 +745,8 @@ impl<'de> MapAccess<'de> for BufferedMap<'de> {
         match self.entries.next() {
             Some((key, value)) => {
                 self.value = Some(value);
-                seed.deserialize(BorrowedStrDeserializer::new(key)).map(Some)
+                seed.deserialize(BorrowedStrDeserializer::new(key))
+                    .map(Some)
             }
             None => Ok(None),
         }
@@ -757,7 +758,9 @@ impl<'de> MapAccess<'de> for BufferedMap<'de> {
     ) -> Result<V::Value, Self::Error> {
         match self.value.take() {
             Some(value) => seed.deserialize(Buffered(value)),
-            None => Err(de::Error::custom("a map value was asked for before its key")),
+            None => Err(de::Error::custom(
+                "a map value was asked for before its key",
+            )),
         }
     }
 
@@ -853,12 +856,15 @@ mod tests {
 
     #[test]
     fn of_keys_differing_only_in_case_the_last_wins() {
-        let order: Order = bind(r#"{"orderId":"a","OrderId":"b","lines":[{"sku":"x","SKU":"y",
-            "unitPrice":1}]}"#)
+        let order: Order = bind(
+            r#"{"orderId":"a","OrderId":"b","lines":[{"sku":"x","SKU":"y",
+            "unitPrice":1}]}"#,
+        )
         .unwrap();
         assert_eq!(order.order_id, "b");
         assert_eq!(order.lines[0].sku, "y");
-        let order: Order = bind(r#"{"OrderId":"a","orderId":"b","orderId":"c","lines":[]}"#).unwrap();
+        let order: Order =
+            bind(r#"{"OrderId":"a","orderId":"b","orderId":"c","lines":[]}"#).unwrap();
         assert_eq!(order.order_id, "c");
         // Map keys are data: both kept.
         let order: Order = bind(
