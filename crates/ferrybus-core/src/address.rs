@@ -239,10 +239,10 @@ impl EndpointAddress {
             "alternateexchange" if !value.trim().is_empty() => {
                 self.alternate_exchange = Some(value.to_owned());
             }
-            "bindexchange" if !value.trim().is_empty() => {
-                if !self.bind_exchanges.iter().any(|e| e == value) {
-                    self.bind_exchanges.push(value.to_owned());
-                }
+            "bindexchange"
+                if !value.trim().is_empty() && !self.bind_exchanges.iter().any(|e| e == value) =>
+            {
+                self.bind_exchanges.push(value.to_owned());
             }
             _ => {}
         }

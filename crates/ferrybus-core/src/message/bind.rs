@@ -101,7 +101,7 @@ fn same_ignoring_case(key: &str, field: &str) -> bool {
 
 /// The field `key` binds to: itself when it is one, else the field it names ignoring case.
 fn resolve(key: &str, fields: &'static [&'static str]) -> Option<&'static str> {
-    if fields.iter().any(|f| *f == key) {
+    if fields.contains(&key) {
         return None;
     }
     fields.iter().copied().find(|f| same_ignoring_case(key, f))
