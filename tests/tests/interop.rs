@@ -204,7 +204,10 @@ async fn invalid_order_goes_to_the_error_queue_with_a_fault() {
                 );
                 let body = &fault.body["message"];
                 assert_eq!(body["message"]["orderId"], order.order_id.to_string());
-                assert_eq!(body["exceptions"][0]["exceptionType"], "example_billing::invoice::InvalidOrder");
+                assert_eq!(
+                    body["exceptions"][0]["exceptionType"],
+                    "example_billing::invoice::InvalidOrder"
+                );
                 assert!(body["exceptions"][0]["message"]
                     .as_str()
                     .unwrap()

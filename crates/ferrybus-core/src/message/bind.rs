@@ -876,6 +876,36 @@ mod tests {
     }
 
     #[test]
+    fn raw_values_json_values_and_dotnet_helpers_pass_through() {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Mixed {
+            raw: Box<serde_json::value::RawValue>,
+            any: Value,
+            #[serde(with = "crate::dotnet::decimal")]
+            total: rust_decimal::Decimal,
+            #[serde(with = "crate::dotnet::datetime")]
+            placed_at: chrono::DateTime<chrono::Utc>,
+            id: uuid::Uuid,
+            pair: (u8, String),
+        }
+        let json = r#"{"RAW": {"Keep": [1, 2]}, "Any": {"Inner": 1}, "Total": "12.00",
+            "PlacedAt": "2025-05-24T18:39:56.3305069Z", "ID": "7569172a-7c0e-44fb-a297-54bdebe6ce44",
+            "Pair": [1, "x"]}"#;
+        for mixed in [
+            bind::<Mixed>(json).unwrap(),
+            bind_value(&serde_json::from_str(json).unwrap()).unwrap(),
+        ] {
+            assert_eq!(mixed.raw.get().replace(' ', ""), r#"{"Keep":[1,2]}"#);
+            assert_eq!(mixed.any["Inner"], 1);
+            assert_eq!(mixed.total.to_string(), "12.00");
+            assert_eq!(mixed.placed_at.timestamp(), 1_748_111_996);
+            assert_eq!(mixed.id.to_string(), "7569172a-7c0e-44fb-a297-54bdebe6ce44");
+            assert_eq!(mixed.pair, (1, "x".to_owned()));
+        }
+    }
+
+    #[test]
     fn unknown_keys_stay_unknown() {
         #[derive(Debug, Deserialize)]
         #[serde(deny_unknown_fields)]
