@@ -227,7 +227,7 @@ where
     E: StdError + Send + Sync + 'static,
 {
     /// A consumer's `?`: kind [`ConsumeErrorKind::Handler`], or the matching transport or storage
-    /// kind for a failed publish ([`PublishError`](crate::PublishError)).
+    /// kind for a failed publish ([`PublishError`]).
     fn from(error: E) -> Self {
         let kind = (&error as &dyn Any)
             .downcast_ref::<PublishError>()

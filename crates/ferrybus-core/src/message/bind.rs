@@ -55,8 +55,24 @@ use serde::de::{
 };
 use serde_json::Value;
 
-/// Deserializes `T` from JSON text, matching struct field names case-insensitively (see the
-/// [module docs](self)).
+/// Deserializes `T` from JSON text, matching struct field names case-insensitively, as
+/// MassTransit's System.Text.Json options (`PropertyNameCaseInsensitive`) and Newtonsoft do.
+///
+/// For every struct (nested ones, those in `Vec`s, `Option`s, map values and enum struct
+/// variants included): a key that is a field's name or alias is taken as it is; any other key is
+/// compared with the field names ignoring case (as .NET's `OrdinalIgnoreCase`); a key that
+/// matches no field is ignored, or refused under `#[serde(deny_unknown_fields)]`. Of several
+/// keys that bind to the same field (`orderId` and `OrderId`), the last wins. Map keys, and the
+/// keys of `#[serde(flatten)]` fields and of untagged or internally tagged enums, match exactly.
+///
+/// ```
+/// #[derive(serde::Deserialize)]
+/// #[serde(rename_all = "camelCase")]
+/// struct OrderPlaced { order_id: u32 }
+///
+/// let order: OrderPlaced = ferrybus_core::message::bind(r#"{"orderId": 1, "OrderId": 2}"#).unwrap();
+/// assert_eq!(order.order_id, 2);
+/// ```
 pub fn bind<T: DeserializeOwned>(json: &str) -> Result<T, serde_json::Error> {
     let mut de = serde_json::Deserializer::from_str(json);
     let streamed = T::deserialize(CaseInsensitive(&mut de)).and_then(|v| de.end().map(|()| v));
