@@ -160,7 +160,7 @@ async fn invalid_order_goes_to_the_error_queue_with_a_fault() {
                 );
                 assert_eq!(
                     h.get("MT-Fault-ExceptionType").map(String::as_str),
-                    Some("InvalidOrder")
+                    Some("example_billing::invoice::InvalidOrder")
                 );
                 assert!(h["MT-Fault-Message"].contains(reason), "{h:?}");
                 assert_eq!(
@@ -204,7 +204,10 @@ async fn invalid_order_goes_to_the_error_queue_with_a_fault() {
                 );
                 let body = &fault.body["message"];
                 assert_eq!(body["message"]["orderId"], order.order_id.to_string());
-                assert_eq!(body["exceptions"][0]["exceptionType"], "InvalidOrder");
+                assert_eq!(
+                    body["exceptions"][0]["exceptionType"],
+                    "example_billing::invoice::InvalidOrder"
+                );
                 assert!(body["exceptions"][0]["message"]
                     .as_str()
                     .unwrap()

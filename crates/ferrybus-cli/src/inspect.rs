@@ -67,7 +67,7 @@ impl From<Envelope> for Inspection {
             expiration_time: envelope.expiration_time.as_ref().map(format_time),
             headers: envelope.headers,
             host: envelope.host,
-            message: envelope.message,
+            message: envelope.message.into(),
         }
     }
 }

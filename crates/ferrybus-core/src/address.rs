@@ -137,6 +137,13 @@ impl fmt::Display for HostAddress {
 /// assert!(a.bind);
 /// let t = EndpointAddress::parse("rabbitmq://localhost/Host_app_bus_x?temporary=true").unwrap();
 /// assert!(!t.durable && t.auto_delete);
+/// let o = EndpointAddress::parse(
+///     "rabbitmq://localhost/orders?alternateexchange=unrouted&bindexchange=audit&bindexchange=copy&delayedtype=topic",
+/// )
+/// .unwrap();
+/// assert_eq!(o.alternate_exchange.as_deref(), Some("unrouted"));
+/// assert_eq!(o.bind_exchanges, ["audit", "copy"]);
+/// assert_eq!((o.exchange_type.as_str(), o.delayed_type.as_deref()), ("x-delayed-message", Some("topic")));
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EndpointAddress {
@@ -156,8 +163,18 @@ pub struct EndpointAddress {
     pub bind: bool,
     /// The queue to bind, when `bind` is set.
     pub queue: Option<String>,
-    /// The exchange type (`fanout` unless `type=` says otherwise).
+    /// The exchange type (`fanout` unless `type=` says otherwise; `x-delayed-message` with
+    /// `delayedtype=`).
     pub exchange_type: String,
+    /// `delayedtype=T`: the exchange is a delayed-message exchange (`x-delayed-message`, the
+    /// plugin's) routing as `T` (its `x-delayed-type` argument).
+    pub delayed_type: Option<String>,
+    /// `alternateexchange=X`: the exchange is declared with `alternate-exchange = X`, where the
+    /// broker sends what no binding routes.
+    pub alternate_exchange: Option<String>,
+    /// `bindexchange=X` (repeatable): exchange `X` is declared (fanout, or the delayed type, with
+    /// the address's flags) and bound from this exchange, so it gets every message sent here.
+    pub bind_exchanges: Vec<String>,
 }
 
 impl EndpointAddress {
@@ -185,6 +202,9 @@ impl EndpointAddress {
             bind: false,
             queue: None,
             exchange_type: "fanout".to_owned(),
+            delayed_type: None,
+            alternate_exchange: None,
+            bind_exchanges: Vec::new(),
         };
         for (key, value) in url.query_pairs() {
             parsed.apply_option(&key, &value);
@@ -209,7 +229,21 @@ impl EndpointAddress {
                 self.bind = true;
                 self.queue = Some(value.to_owned());
             }
-            "type" => self.exchange_type = value.to_owned(),
+            "type" if !value.trim().is_empty() => self.exchange_type = value.to_owned(),
+            // MassTransit's `RabbitMqEndpointAddress` options
+            // (`src/Transports/MassTransit.RabbitMqTransport/RabbitMqEndpointAddress.cs`).
+            "delayedtype" if !value.trim().is_empty() => {
+                self.delayed_type = Some(value.to_owned());
+                self.exchange_type = "x-delayed-message".to_owned();
+            }
+            "alternateexchange" if !value.trim().is_empty() => {
+                self.alternate_exchange = Some(value.to_owned());
+            }
+            "bindexchange"
+                if !value.trim().is_empty() && !self.bind_exchanges.iter().any(|e| e == value) =>
+            {
+                self.bind_exchanges.push(value.to_owned());
+            }
             _ => {}
         }
     }

@@ -1,8 +1,10 @@
 //! The errors of the core: [`ConsumeError`] (why consuming a message failed) and [`PublishError`]
 //! (why a publish or send failed).
 
+mod trace;
+
 use std::any::Any;
-use std::backtrace::{Backtrace, BacktraceStatus};
+use std::backtrace::Backtrace;
 use std::borrow::Cow;
 use std::error::Error as StdError;
 use std::fmt;
@@ -60,7 +62,7 @@ impl ConsumeErrorKind {
 /// }
 /// let err = parse("x").unwrap_err();
 /// assert_eq!(err.kind(), ConsumeErrorKind::Handler);
-/// assert_eq!(err.exception_type(), "ParseIntError");
+/// assert_eq!(err.exception_type(), "core::num::ParseIntError");
 /// assert!(!err.is_permanent());
 ///
 /// let err = ConsumeError::permanent("total must be positive");
@@ -89,7 +91,7 @@ impl ConsumeError {
         } else if raw == "alloc::string::String" || raw == "&str" {
             Cow::Borrowed("Exception")
         } else {
-            Cow::Borrowed(short_name(raw))
+            Cow::Owned(trace::readable_type_name(raw))
         };
         Self {
             kind,
@@ -97,7 +99,9 @@ impl ConsumeError {
             type_name,
             permanent: false,
             retry_count: 0,
-            backtrace: Backtrace::capture(),
+            // Always captured (resolved only when a fault is written), so faults carry the same
+            // trace whatever `RUST_BACKTRACE` says.
+            backtrace: Backtrace::force_capture(),
         }
     }
 
@@ -150,11 +154,7 @@ impl ConsumeError {
 
     /// Whether retry policies must not retry this error.
     pub fn is_permanent(&self) -> bool {
-        self.permanent
-            || matches!(
-                self.kind,
-                ConsumeErrorKind::Deserialize | ConsumeErrorKind::Cancelled
-            )
+        self.permanent || self.kind == ConsumeErrorKind::Cancelled
     }
 
     /// How many retries happened before this error was final (`MT-Fault-RetryCount`).
@@ -182,17 +182,20 @@ impl ConsumeError {
         std::iter::successors(Some(first), |e| (*e).source())
     }
 
-    /// The short type name of the outermost error, as MassTransit reports `exceptionType`.
+    /// The Rust type name of the outermost error, as MassTransit reports `exceptionType`: its
+    /// path without private `error` modules (`serde_json::Error`, `std::io::Error`,
+    /// `billing::invoice::InvoiceError`); `Exception` for a plain message.
     pub fn exception_type(&self) -> &str {
         &self.type_name
     }
 
-    /// The captured backtrace text, when `RUST_BACKTRACE` enabled capturing; empty otherwise.
+    /// Where the error was made, as .NET writes a stack trace: `   at <function> in
+    /// <crate>/src/<file>:line <n>` per frame of the application and its libraries (the
+    /// runtime's and the standard library's frames left out), paths relative to the crate, at
+    /// most 2048 characters. Captured whether or not `RUST_BACKTRACE` is set; file and line
+    /// need debug info (`debug = "line-tables-only"` in a release profile is enough).
     pub fn stack_trace(&self) -> String {
-        match self.backtrace.status() {
-            BacktraceStatus::Captured => self.backtrace.to_string(),
-            _ => String::new(),
-        }
+        trace::render(&self.backtrace)
     }
 
     /// Converts into a boxed `std::error::Error`.
@@ -224,7 +227,7 @@ where
     E: StdError + Send + Sync + 'static,
 {
     /// A consumer's `?`: kind [`ConsumeErrorKind::Handler`], or the matching transport or storage
-    /// kind for a failed publish ([`PublishError`](crate::PublishError)).
+    /// kind for a failed publish ([`PublishError`]).
     fn from(error: E) -> Self {
         let kind = (&error as &dyn Any)
             .downcast_ref::<PublishError>()
@@ -377,28 +380,7 @@ impl From<serde_json::Error> for PublishError {
     }
 }
 
-/// The last path segment of a type name, without generic arguments' paths:
-/// `core::num::error::ParseIntError` → `ParseIntError`.
-pub(crate) fn short_name(type_name: &'static str) -> &'static str {
-    let head = type_name.split('<').next().unwrap_or(type_name);
-    let start = head.rfind("::").map_or(0, |i| i + 2);
-    &type_name[start..]
-}
-
-/// The type name of an error known only as `dyn Error`, read from its `Debug` text (the derived
-/// `Debug` of a struct or enum starts with its name); falls back to `Error`.
-pub(crate) fn dyn_error_type(error: &(dyn StdError + 'static)) -> String {
-    let debug = format!("{error:?}");
-    let name: String = debug
-        .chars()
-        .take_while(|c| c.is_alphanumeric() || *c == '_')
-        .collect();
-    if name.is_empty() || !name.starts_with(|c: char| c.is_ascii_uppercase()) {
-        "Error".to_owned()
-    } else {
-        name
-    }
-}
+pub(crate) use trace::{dyn_error_type, truncate};
 
 #[cfg(test)]
 mod tests {
@@ -411,12 +393,13 @@ mod tests {
     #[test]
     fn chain_and_types() {
         let err = ConsumeError::from(Outer(std::io::Error::other("disk")));
-        assert_eq!(err.exception_type(), "Outer");
+        // The private `error` module is left out, as crates re-export their errors above it.
+        assert_eq!(err.exception_type(), "ferrybus_core::tests::Outer");
         let chain: Vec<String> = err.chain().map(|e| e.to_string()).collect();
         assert_eq!(chain, ["outer failed", "disk"]);
         assert!(err.find::<std::io::Error>().is_some());
         let inner = err.chain().nth(1).unwrap();
-        assert_eq!(dyn_error_type(inner), "Custom");
+        assert_eq!(dyn_error_type(inner), "std::io::Error");
     }
 
     #[test]

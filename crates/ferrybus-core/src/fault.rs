@@ -8,11 +8,8 @@ use uuid::Uuid;
 
 use crate::consume::ConsumerInfo;
 use crate::envelope::{Headers, HostInfo};
-use crate::error::{dyn_error_type, ConsumeError};
+use crate::error::{dyn_error_type, truncate, ConsumeError};
 use crate::message::{Message, MessageType, TypeName};
-
-/// MassTransit cuts fault messages and stack traces to this many characters.
-const MAX_TEXT: usize = 2048;
 
 /// `Fault<T>`: published (or sent to `faultAddress` / `responseAddress`) when a consumer of `T`
 /// fails for good. Consume `Fault<T>` to react to failures of `T`.
@@ -196,9 +193,11 @@ pub fn fault_headers(
         "MT-Fault-Message",
         innermost.message.clone().unwrap_or_default(),
     );
+    // `ExceptionTimestamp.ToString("O")`: seven fractional digits, always
+    // (`src/MassTransit.Abstractions/Contexts/SendContextExtensions.cs`, `SetExceptionHeaders`).
     headers.insert(
         "MT-Fault-Timestamp",
-        Utc::now().to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true),
+        crate::dotnet::datetime::format_round_trip(&Utc::now()),
     );
     headers.insert(
         "MT-Fault-StackTrace",
@@ -232,13 +231,6 @@ fn add_host_headers(headers: &mut Headers) {
     }
 }
 
-fn truncate(text: &str) -> String {
-    match text.char_indices().nth(MAX_TEXT) {
-        Some((i, _)) => text[..i].to_owned(),
-        None => text.to_owned(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,7 +243,14 @@ mod tests {
     fn exception_info_follows_the_chain() {
         let error = ConsumeError::from(ChargeFailed(std::io::Error::other("connection reset")));
         let info = ExceptionInfo::from_error(&error, "InvoiceConsumer");
-        assert_eq!(info.exception_type, "ChargeFailed");
+        assert_eq!(
+            info.exception_type,
+            "ferrybus_core::fault::tests::ChargeFailed"
+        );
+        assert_eq!(
+            info.inner_exception.as_ref().unwrap().exception_type,
+            "std::io::Error"
+        );
         assert_eq!(info.message.as_deref(), Some("charge failed"));
         let inner = info.inner_exception.as_ref().unwrap();
         assert_eq!(inner.message.as_deref(), Some("connection reset"));
@@ -308,6 +307,6 @@ mod tests {
 
     #[test]
     fn truncates_long_text() {
-        assert_eq!(truncate(&"x".repeat(3000)).len(), MAX_TEXT);
+        assert_eq!(truncate(&"x".repeat(3000)).len(), 2048);
     }
 }

@@ -39,7 +39,7 @@ pub use endpoint::{
     BoxEndpointLayer, BoxEndpointService, Delivery, Endpoint, EndpointConfig, EndpointContext,
     Faulted, QueueOptions, QueueType, Redelivery, Settlement, SettlementKind,
 };
-pub use envelope::{Envelope, EnvelopeError, Headers, HostInfo};
+pub use envelope::{Envelope, EnvelopeError, Headers, HostInfo, Payload};
 pub use error::{BoxError, ConsumeError, ConsumeErrorKind, PublishError, PublishErrorKind};
 pub use fault::{fault_headers, skipped_headers, ExceptionInfo, Fault, ReceiveFault};
 pub use message::{consumer_id, kebab_case, short_type_name, Message, MessageType, TypeName};

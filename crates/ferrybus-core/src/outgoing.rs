@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use crate::address::{AddressError, EndpointAddress, HostAddress};
-use crate::envelope::{Envelope, Headers, HostInfo, ENVELOPE_CONTENT_TYPE};
+use crate::envelope::{Envelope, Headers, HostInfo, Payload, ENVELOPE_CONTENT_TYPE};
 use crate::error::PublishError;
 use crate::message::{Message, MessageType, TypeName};
 
@@ -231,7 +231,7 @@ impl MessageFactory {
     ) -> Result<OutgoingMessage, PublishError> {
         let message_type = M::message_type();
         let destination = self.host.entity_address(message_type.entity_name());
-        let payload = serde_json::to_value(message)?;
+        let payload = Payload::of(message)?;
         self.build(&message_type, payload, destination, origin, options, true)
     }
 
@@ -244,7 +244,7 @@ impl MessageFactory {
         options: SendOptions,
     ) -> Result<OutgoingMessage, PublishError> {
         let destination = self.host.resolve(address)?;
-        let payload = serde_json::to_value(message)?;
+        let payload = Payload::of(message)?;
         self.build(
             &M::message_type(),
             payload,
@@ -259,7 +259,7 @@ impl MessageFactory {
     pub fn build(
         &self,
         message_type: &MessageType,
-        payload: Value,
+        payload: impl Into<Payload>,
         destination: String,
         origin: &MessageOrigin,
         options: SendOptions,
@@ -287,7 +287,7 @@ impl MessageFactory {
             response_address: options.response_address,
             fault_address: options.fault_address,
             message_type: all_types.iter().map(|t| t.urn().to_owned()).collect(),
-            message: payload,
+            message: payload.into(),
             expiration_time: options
                 .time_to_live
                 .and_then(|ttl| chrono::Duration::from_std(ttl).ok())

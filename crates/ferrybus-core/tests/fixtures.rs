@@ -385,7 +385,7 @@ fn fixture_11_v8_minimal_handwritten() {
         Envelope {
             message_id: id("181c0000-6393-3630-36a4-08daf4e7c6da"),
             message_type: types(&["urn:message:MassTransitRepro:SampleEvent"]),
-            message: json!({}),
+            message: json!({}).into(),
             ..Envelope::default()
         }
     );
@@ -682,4 +682,84 @@ fn fixture_04_with_comments_and_trailing_commas() {
     let envelope = Envelope::from_slice(relaxed.as_bytes()).unwrap();
     assert_fixture_04(&envelope);
     assert_eq!(envelope, parse(F04));
+}
+
+/// What sloppy but real producers send (hand-written publishers, scripts, other libraries):
+/// only some keys, `message` first, ids that are GUIDs but not RFC 4122 versions, `amqp://`
+/// addresses. MassTransit's System.Text.Json reader takes all of it.
+#[test]
+fn sloppy_envelopes_are_read() {
+    let e = parse(
+        br#"{"message": {"orderId": 7}, "messageType": ["urn:message:Shop:OrderPlaced"],
+             "MESSAGEID": "00000000-0000-0000-0000-000000000001",
+             "faultAddress": "amqp://broker/shop/order-faults", "unknown": {"x": [1, 2]}}"#,
+    );
+    assert_eq!(e.message_id, id("00000000-0000-0000-0000-000000000001"));
+    assert_eq!(e.message["orderId"], 7);
+    assert_eq!(
+        e.fault_address.as_deref(),
+        Some("amqp://broker/shop/order-faults")
+    );
+    assert_eq!(e.conversation_id, None);
+    assert!(e.headers.is_empty());
+    // Version nibble 0 and an unknown variant: still a GUID to .NET.
+    let e = parse(br#"{"messageId": "6F1D2F3A-0C0B-0A09-E807-ABCDEFABCDEF", "message": {}}"#);
+    assert_eq!(e.message_id, id("6f1d2f3a-0c0b-0a09-e807-abcdefabcdef"));
+}
+
+/// MassTransit's envelope types `messageType` as `string[]`: a single string does not
+/// deserialize (System.Text.Json throws), so the message goes to `_error`.
+#[test]
+fn message_type_as_a_string_is_refused() {
+    let err = Envelope::from_slice(
+        br#"{"messageType": "urn:message:Shop:OrderPlaced", "message": {"orderId": 1}}"#,
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string()
+            .starts_with("messageType: expected an array of URN strings, found a string"),
+        "{err}"
+    );
+    let err = Envelope::from_slice(br#"{"messageType": ["urn:a", 5], "message": {}}"#).unwrap_err();
+    assert!(err.to_string().contains("found a number"), "{err}");
+}
+
+/// Decimals written as JSON numbers (what Newtonsoft and hand-written publishers send) read as
+/// the decimal the number spells.
+#[test]
+fn decimals_written_as_numbers_read_exactly() {
+    use rust_decimal::Decimal;
+    #[derive(serde::Deserialize)]
+    struct Amounts {
+        #[serde(with = "ferrybus_core::dotnet::decimal")]
+        tiny: Decimal,
+        #[serde(with = "ferrybus_core::dotnet::decimal")]
+        huge: Decimal,
+        #[serde(with = "ferrybus_core::dotnet::decimal")]
+        price: Decimal,
+        #[serde(with = "ferrybus_core::dotnet::decimal")]
+        whole: Decimal,
+    }
+    let e = parse(
+        br#"{"messageType": ["urn:message:Shop:Amounts"],
+             "message": {"Tiny": 1e-7, "HUGE": 1e+21, "price": 66.99, "whole": 42}}"#,
+    );
+    let amounts: Amounts = e.message.bind().unwrap();
+    assert_eq!(amounts.tiny.to_string(), "0.0000001");
+    assert_eq!(amounts.huge.to_string(), "1000000000000000000000");
+    assert_eq!(amounts.price.to_string(), "66.99");
+    assert_eq!(amounts.whole.to_string(), "42");
+}
+
+/// The receive path parses a body once and keeps `message` as its text: every fixture's
+/// payload text survives byte for byte (whitespace included) where the body is strict JSON.
+#[test]
+fn the_payload_is_kept_as_its_text() {
+    let e = parse(br#"{"message":  { "a" : [1, 2.50, "x"] } , "messageType": []}"#);
+    assert_eq!(e.message.json(), r#"{ "a" : [1, 2.50, "x"] }"#);
+    for (name, body) in ALL {
+        let e = parse(body);
+        let reparsed: Value = serde_json::from_str(e.message.json()).unwrap();
+        assert_eq!(&reparsed, e.message.value(), "fixture {name}");
+    }
 }

@@ -276,7 +276,7 @@ impl<Req: Message> RequestClient<Req> {
 
 fn read_response<Req: Message, Res: Message>(envelope: Envelope) -> Result<Response<Res>> {
     if envelope.has_message_type(Res::message_type().urn()) {
-        let message = serde_json::from_value(envelope.message.clone()).map_err(|e| {
+        let message = envelope.message.bind().map_err(|e| {
             RabbitMqError::with_source(ErrorKind::Serialization, "reading the response", e)
         })?;
         return Ok(Response { message, envelope });

@@ -292,18 +292,24 @@ impl Topology {
         Ok(target.name)
     }
 
-    /// Whatever a send to `address` needs: its exchange (flags from the address), the bound
-    /// queue for `bind=true`, and base-type exchanges bound from it for publishes.
+    /// Whatever a send to `address` needs: its exchange (flags, type, `x-delayed-type` and
+    /// `alternate-exchange` from the address), the bound queue for `bind=true`, the
+    /// `bindexchange=` exchanges bound from it, and base-type exchanges bound from it for
+    /// publishes — MassTransit's `RabbitMqSendSettings`
+    /// (`src/Transports/MassTransit.RabbitMqTransport/RabbitMqTransport/Topology/RabbitMqSendSettings.cs`).
     pub(crate) async fn destination(
         &self,
         channel: &Channel,
         address: &EndpointAddress,
         bases: &[String],
     ) -> Result<()> {
-        let mut exchange =
-            ExchangeDecl::fanout(&address.name, address.durable, address.auto_delete);
-        exchange.kind.clone_from(&address.exchange_type);
+        let (exchange, bound) = destination_exchanges(address);
         self.exchange(channel, &exchange).await?;
+        for decl in &bound {
+            self.exchange(channel, decl).await?;
+            self.bind_exchange(channel, &address.name, &decl.name)
+                .await?;
+        }
         if let Some(queue) = address.queue.as_deref().filter(|_| address.bind) {
             let decl = QueueDecl {
                 name: queue.to_owned(),
@@ -324,10 +330,69 @@ impl Topology {
     }
 }
 
+/// The exchange a send to `address` declares, and the `bindexchange=` exchanges bound from it.
+pub(crate) fn destination_exchanges(
+    address: &EndpointAddress,
+) -> (ExchangeDecl, Vec<ExchangeDecl>) {
+    let mut exchange = ExchangeDecl::fanout(&address.name, address.durable, address.auto_delete);
+    exchange.kind.clone_from(&address.exchange_type);
+    if let Some(delayed) = &address.delayed_type {
+        exchange.arguments.insert(
+            "x-delayed-type".into(),
+            AMQPValue::LongString(LongString::from(delayed.as_str())),
+        );
+    }
+    if let Some(alternate) = &address.alternate_exchange {
+        exchange.arguments.insert(
+            "alternate-exchange".into(),
+            AMQPValue::LongString(LongString::from(alternate.as_str())),
+        );
+    }
+    // `BindToExchange`: the bound exchange is of the delayed type when there is one, else fanout.
+    let bound_kind = address.delayed_type.as_deref().unwrap_or("fanout");
+    let bound = address
+        .bind_exchanges
+        .iter()
+        .map(|name| {
+            let mut decl = ExchangeDecl::fanout(name, address.durable, address.auto_delete);
+            bound_kind.clone_into(&mut decl.kind);
+            decl
+        })
+        .collect();
+    (exchange, bound)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn address_options_shape_the_destination() {
+        let address = EndpointAddress::parse(
+            "rabbitmq://localhost/orders?alternateexchange=unrouted&bindexchange=audit&delayedtype=direct",
+        )
+        .unwrap();
+        let (exchange, bound) = destination_exchanges(&address);
+        assert_eq!(exchange.kind, "x-delayed-message");
+        assert_eq!(
+            exchange.arguments.inner()["x-delayed-type"],
+            AMQPValue::LongString("direct".into())
+        );
+        assert_eq!(
+            exchange.arguments.inner()["alternate-exchange"],
+            AMQPValue::LongString("unrouted".into())
+        );
+        assert_eq!(bound.len(), 1);
+        assert_eq!(
+            (bound[0].name.as_str(), bound[0].kind.as_str()),
+            ("audit", "direct")
+        );
+        let plain = EndpointAddress::parse("rabbitmq://localhost/orders").unwrap();
+        let (exchange, bound) = destination_exchanges(&plain);
+        assert_eq!(exchange, ExchangeDecl::fanout("orders", true, false));
+        assert!(bound.is_empty());
+    }
 
     #[test]
     fn masstransit_declare_rules() {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::envelope::{Envelope, Headers};
+use crate::envelope::{Envelope, Headers, Payload};
 use crate::message::{consumer_id, MessageType};
 use crate::outgoing::MessageFactory;
 use crate::publish::SharedSink;
@@ -65,7 +65,7 @@ pub struct ConsumerInfo {
     name: String,
     message_type: MessageType,
     queue: String,
-    reserialize: Option<fn(&serde_json::Value) -> Option<serde_json::Value>>,
+    reserialize: Option<fn(&Payload) -> Option<serde_json::Value>>,
 }
 
 impl ConsumerInfo {
@@ -87,19 +87,19 @@ impl ConsumerInfo {
     pub(crate) fn of<M: crate::Message>(name: impl Into<String>, queue: impl Into<String>) -> Self {
         let mut info = Self::new(name, M::message_type(), queue);
         info.reserialize = Some(|payload| {
-            let message = M::deserialize(payload).ok()?;
+            let message = payload.bind::<M>().ok()?;
             serde_json::to_value(message).ok()
         });
         info
     }
 
     /// The payload as the consumer's message type writes it (what MassTransit puts in a
-    /// `Fault<T>`: unknown fields dropped, defaults filled in); the payload as received when it
-    /// does not fit the type.
-    pub fn fault_payload(&self, payload: &serde_json::Value) -> serde_json::Value {
-        self.reserialize
-            .and_then(|f| f(payload))
-            .unwrap_or_else(|| payload.clone())
+    /// `Fault<T>`: the message as a `T`, unknown fields dropped, defaults filled in, property
+    /// names as `T` spells them); `None` when it does not bind to the type (or the consumer was
+    /// described without one, [`ConsumerInfo::new`]), so that no `Fault<T>` carries a message
+    /// that is not a `T`.
+    pub fn fault_payload(&self, payload: &Payload) -> Option<serde_json::Value> {
+        self.reserialize.and_then(|f| f(payload))
     }
 
     /// The consumer's name.

@@ -22,9 +22,11 @@ pub type BoxConsumeService = BoxCloneSyncService<ConsumeRequest, ConsumeOutcome,
 pub type BoxConsumeLayer =
     BoxCloneSyncServiceLayer<BoxConsumeService, ConsumeRequest, ConsumeOutcome, ConsumeError>;
 
-/// Runs consumer `C` for message `M`: deserializes the payload into `M` (a failure is a permanent
-/// [`ConsumeErrorKind::Deserialize`] error), calls [`Consumer::consume`], and turns a panic into
-/// a [`ConsumeError::panic`] so the retry policy and the error queue treat it like any failure.
+/// Runs consumer `C` for message `M`: binds the payload to `M` (a failure is a
+/// [`ConsumeErrorKind::Deserialize`] error, which the endpoint turns into a `ReceiveFault`, as
+/// MassTransit does when `TryGetMessage<T>` throws), calls [`Consumer::consume`], and turns a
+/// panic into a [`ConsumeError::panic`] so the retry policy and the error queue treat it like any
+/// failure.
 pub struct ConsumerService<C, M> {
     consumer: Arc<C>,
     _message: PhantomData<fn(M)>,
@@ -62,9 +64,14 @@ where
     fn call(&mut self, request: ConsumeRequest) -> Self::Future {
         let consumer = self.consumer.clone();
         Box::pin(catch_panic(async move {
-            let message = M::deserialize(&request.received().envelope.message).map_err(|e| {
-                ConsumeError::new(ConsumeErrorKind::Deserialize, e).into_permanent()
-            })?;
+            // One parse: straight from the envelope's `message` text, property names matched
+            // case-insensitively as MassTransit's System.Text.Json options do.
+            let message = request
+                .received()
+                .envelope
+                .message
+                .bind::<M>()
+                .map_err(|e| ConsumeError::new(ConsumeErrorKind::Deserialize, e))?;
             consumer
                 .consume(ConsumeContext::new(message, request))
                 .await?;

@@ -52,6 +52,26 @@ pub fn format_datetime(time: &DateTime<Utc>) -> String {
     out
 }
 
+/// Formats `time` as .NET's round-trip format `"O"` writes a UTC `DateTime`:
+/// `yyyy-MM-ddTHH:mm:ss.fffffffZ`, always seven fractional digits (100 ns ticks, finer digits
+/// truncated). MassTransit writes header timestamps such as `MT-Fault-Timestamp` this way;
+/// JSON bodies use [`format_datetime`], which trims trailing zeros as System.Text.Json does.
+///
+/// ```
+/// use chrono::{DateTime, Utc};
+/// use ferrybus_core::dotnet::datetime::format_round_trip;
+///
+/// let time: DateTime<Utc> = "2025-05-24T18:39:56.330506999Z".parse().unwrap();
+/// assert_eq!(format_round_trip(&time), "2025-05-24T18:39:56.3305069Z");
+/// let time: DateTime<Utc> = "2021-05-14T00:00:00Z".parse().unwrap();
+/// assert_eq!(format_round_trip(&time), "2021-05-14T00:00:00.0000000Z");
+/// ```
+pub fn format_round_trip(time: &DateTime<Utc>) -> String {
+    use chrono::Timelike;
+    let ticks = time.nanosecond().min(999_999_999) / 100;
+    format!("{}.{ticks:07}Z", time.format("%Y-%m-%dT%H:%M:%S"))
+}
+
 /// Parses ISO 8601 text as .NET writes a `DateTime` or `DateTimeOffset`, as a UTC time: `Z` is
 /// UTC, an offset is converted to UTC, no zone is taken as UTC.
 ///

@@ -2,9 +2,10 @@
 
 use serde_json::Value;
 
+use crate::endpoint::service::media_type;
 use crate::endpoint::Delivery;
 use crate::envelope::{
-    is_mt_header, parse_dotnet_guid, parse_json, Envelope, EnvelopeError, Headers,
+    is_mt_header, parse_dotnet_guid, parse_json, read_host, Envelope, EnvelopeError, Headers,
     ENVELOPE_CONTENT_TYPE, RAW_JSON_CONTENT_TYPE,
 };
 
@@ -27,10 +28,13 @@ pub(crate) fn read(
             limit: max_body_size,
         });
     }
+    // MassTransit picks the deserializer registered for the media type and falls back to the
+    // endpoint's default one — the envelope's — for a missing or unknown content type
+    // (`src/MassTransit/Serialization/Serialization.cs`, `GetMessageDeserializer`). Raw JSON is
+    // registered only where the endpoint enables it.
     let raw = raw_json
-        && delivery
-            .effective_content_type()
-            .starts_with(RAW_JSON_CONTENT_TYPE);
+        && media_type(delivery.effective_content_type())
+            .eq_ignore_ascii_case(RAW_JSON_CONTENT_TYPE);
     Ok(if raw {
         ReadBody {
             envelope: read_raw(delivery)?,
@@ -94,14 +98,13 @@ fn read_raw(delivery: &Delivery) -> Result<Envelope, EnvelopeError> {
                     .collect()
             })
             .unwrap_or_default(),
-        message,
+        message: message.into(),
         expiration_time: None,
         sent_time: None,
         host: h
             .get_str("MT-Host-Info")
             .and_then(|s| serde_json::from_str::<Value>(s).ok())
-            .and_then(|v| Envelope::from_value(serde_json::json!({"message": {}, "host": v})).ok())
-            .and_then(|e| e.host),
+            .and_then(|v| read_host(v).ok().flatten()),
         headers,
     })
 }

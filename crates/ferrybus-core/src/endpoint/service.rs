@@ -36,7 +36,7 @@ use crate::consume::{
 use crate::endpoint::read::read;
 use crate::endpoint::run::panicked;
 use crate::endpoint::{Delivery, EndpointConfig, Faulted, Redelivery, Settlement};
-use crate::envelope::{parse_dotnet_guid, EnvelopeError, Headers, HostInfo, RAW_JSON_CONTENT_TYPE};
+use crate::envelope::{parse_dotnet_guid, Headers, HostInfo, RAW_JSON_CONTENT_TYPE};
 use crate::error::{ConsumeError, ConsumeErrorKind};
 use crate::fault::{fault_headers, fault_payload, skipped_headers, ExceptionInfo, ReceiveFault};
 use crate::outgoing::{MessageFactory, MessageOrigin, OutgoingMessage, SendOptions};
@@ -125,17 +125,31 @@ impl EndpointService {
 }
 
 impl Inner {
-    async fn handle(&self, delivery: Delivery) -> Settlement {
-        let received = match read(&delivery, self.raw_json, self.max_body_size) {
-            Ok(envelope) => Arc::new(ReceivedMessage {
-                envelope: envelope.envelope,
-                input_address: self.input_address.clone(),
-                redelivered: delivery.redelivered,
-                transport_headers: delivery.headers,
-                content_type: envelope.content_type.to_owned(),
-            }),
-            Err(error) => return self.receive_fault(&delivery, error),
+    async fn handle(&self, mut delivery: Delivery) -> Settlement {
+        let read = match read(&delivery, self.raw_json, self.max_body_size) {
+            Ok(read) => read,
+            Err(error) => {
+                tracing::error!(
+                    target: "ferrybus::receive",
+                    error = %error,
+                    "message body is not a valid envelope; moving it to the error queue"
+                );
+                let error = ConsumeError::new(ConsumeErrorKind::Deserialize, error);
+                return self.receive_fault(
+                    delivery.message_id.as_deref(),
+                    delivery.effective_content_type(),
+                    error,
+                );
+            }
         };
+        let transport_message_id = delivery.message_id.take();
+        let received = Arc::new(ReceivedMessage {
+            envelope: read.envelope,
+            input_address: self.input_address.clone(),
+            redelivered: delivery.redelivered,
+            transport_headers: std::mem::take(&mut delivery.headers),
+            content_type: read.content_type.to_owned(),
+        });
         let matching: Vec<&Registration> = self
             .consumers
             .iter()
@@ -158,7 +172,14 @@ impl Inner {
             match outcome {
                 Ok(ConsumeOutcome::Duplicate) => {}
                 Ok(_) => all_duplicates = false,
-                Err(error) => return self.consumer_failed(&received, &consumer.info, error),
+                Err(error) => {
+                    return self.consumer_failed(
+                        &received,
+                        &consumer.info,
+                        error,
+                        transport_message_id.as_deref(),
+                    )
+                }
             }
         }
         if all_duplicates {
@@ -188,12 +209,33 @@ impl Inner {
         received: &ReceivedMessage,
         consumer: &ConsumerInfo,
         error: ConsumeError,
+        transport_message_id: Option<&str>,
     ) -> Settlement {
         if error.kind() == ConsumeErrorKind::Cancelled || self.cancellation.is_cancelled() {
             return Settlement::Abandon;
         }
         if let Some(redelivery) = self.redelivery(received, &error) {
             return Settlement::Redeliver(redelivery);
+        }
+        if error.kind() == ConsumeErrorKind::Deserialize {
+            // The payload does not bind to the consumer's type. In MassTransit that is
+            // `TryGetMessage<T>` throwing in the message-type filter
+            // (`src/MassTransit/Middleware/ConsumeContextOutputMessageTypeFilter.cs`), before
+            // any consumer ran: no consumer marked the receive as faulted, so the error pipe's
+            // `GenerateFaultFilter` (`src/MassTransit/Middleware/GenerateFaultFilter.cs`)
+            // publishes a `ReceiveFault` — never a `Fault<T>`, whose `message` would not be a
+            // `T` — and `ErrorTransportFilter` moves the message to `<queue>_error` without the
+            // consumer-type headers. Endpoint retry and redelivery wrap that filter, so they
+            // applied above.
+            tracing::error!(
+                target: "ferrybus::receive",
+                message_id = ?received.envelope.message_id,
+                message_type = %consumer.message_type().urn(),
+                retries = error.retry_count(),
+                error = %error,
+                "the payload does not bind to the consumer's message type; moving the message to the error queue"
+            );
+            return self.receive_fault(transport_message_id, &received.content_type, error);
         }
         tracing::error!(
             target: "ferrybus::receive",
@@ -210,6 +252,7 @@ impl Inner {
         }
         let fault = (self.publish_faults || received.envelope.fault_address.is_some())
             .then(|| self.consume_fault(received, consumer, &error))
+            .flatten()
             .and_then(log_unbuilt);
         Settlement::Fault(Box::new(Faulted {
             headers,
@@ -245,20 +288,30 @@ impl Inner {
     }
 
     /// The `Fault<T>` of a consumer failure: sent to the fault address, else the response
-    /// address, else published.
+    /// address, else published. `None` (logged) when the message does not bind to `T` again, so
+    /// that no `Fault<T>` carries a message that is not a `T`.
     fn consume_fault(
         &self,
         received: &ReceivedMessage,
         consumer: &ConsumerInfo,
         error: &ConsumeError,
-    ) -> Result<OutgoingMessage, PublishError> {
+    ) -> Option<Result<OutgoingMessage, PublishError>> {
         let envelope = &received.envelope;
+        let Some(message) = consumer.fault_payload(&envelope.message) else {
+            tracing::warn!(
+                target: "ferrybus::receive",
+                message_id = ?envelope.message_id,
+                consumer = consumer.name(),
+                "the message does not bind to the consumer's type; no Fault<T> is published"
+            );
+            return None;
+        };
         let payload = fault_payload(
             error,
             consumer,
             envelope.message_id,
             &envelope.message_type,
-            &consumer.fault_payload(&envelope.message),
+            &message,
         );
         let fault_type = consumer.message_type().fault();
         let mut options = SendOptions::new();
@@ -277,23 +330,33 @@ impl Inner {
             .as_ref()
             .or(envelope.response_address.as_ref());
         let (destination, publish) = match target {
-            Some(address) => (self.factory.host().resolve(address)?, false),
+            Some(address) => match self.factory.host().resolve(address) {
+                Ok(destination) => (destination, false),
+                Err(error) => return Some(Err(error.into())),
+            },
             None => (
                 self.factory.host().entity_address(fault_type.entity_name()),
                 true,
             ),
         };
-        self.factory
-            .build(&fault_type, payload, destination, &origin, options, publish)
+        Some(
+            self.factory
+                .build(&fault_type, payload, destination, &origin, options, publish),
+        )
     }
 
-    fn receive_fault(&self, delivery: &Delivery, error: EnvelopeError) -> Settlement {
-        tracing::error!(
-            target: "ferrybus::receive",
-            error = %error,
-            "message body is not a valid envelope; moving it to the error queue"
-        );
-        let error = ConsumeError::new(ConsumeErrorKind::Deserialize, error);
+    /// A message that could not be received as a message of a consumer's type (a body that is
+    /// not an envelope, a payload that does not bind): moved to `<queue>_error` with the
+    /// `MT-Fault-*` headers (no consumer type), and a `ReceiveFault` published when the endpoint
+    /// publishes faults, as MassTransit's `GenerateFaultFilter` does on RabbitMQ, where the
+    /// receive context carries no consume context: `faultedMessageId` is the transport's message
+    /// id, no message types, the body's content type.
+    fn receive_fault(
+        &self,
+        transport_message_id: Option<&str>,
+        content_type: &str,
+        error: ConsumeError,
+    ) -> Settlement {
         let exception = ExceptionInfo::from_error(&error, "ferrybus");
         let fault = self
             .publish_faults
@@ -301,11 +364,11 @@ impl Inner {
                 let fault = ReceiveFault {
                     fault_id: Some(Uuid::now_v7()),
                     timestamp: Some(chrono::Utc::now()),
-                    faulted_message_id: delivery.message_id.as_deref().and_then(parse_dotnet_guid),
+                    faulted_message_id: transport_message_id.and_then(parse_dotnet_guid),
                     exceptions: vec![exception.clone()],
                     host: Some(HostInfo::current().clone()),
                     fault_message_types: Vec::new(),
-                    content_type: Some(delivery.effective_content_type().to_owned()),
+                    content_type: Some(media_type(content_type).to_owned()),
                 };
                 let origin = MessageOrigin {
                     source_address: Some(self.input_address.clone()),
@@ -321,6 +384,11 @@ impl Inner {
             receive_fault: true,
         }))
     }
+}
+
+/// The media type of a content type: `application/json; charset=utf-8` → `application/json`.
+pub(crate) fn media_type(content_type: &str) -> &str {
+    content_type.split(';').next().unwrap_or_default().trim()
 }
 
 fn matches(received: &ReceivedMessage, consumer: &Registration) -> bool {

@@ -50,25 +50,39 @@ impl HostInfo {
         CURRENT.get_or_init(|| HostInfo::detect(None, None))
     }
 
-    /// Sets the application name and version reported in `assembly` / `assemblyVersion`. Only the
-    /// first call before any message is written takes effect; returns whether it did.
+    /// Sets the application name and version reported in `assembly` / `assemblyVersion` (without
+    /// it, `assembly` is the process name and `assemblyVersion` is `Unknown`, as MassTransit
+    /// writes an assembly without a version). Only the first call
+    /// before any message is written takes effect; returns whether it did.
+    ///
+    /// ```
+    /// use ferrybus_core::HostInfo;
+    /// HostInfo::set_application(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION"));
+    /// let host = HostInfo::current();
+    /// assert_eq!(host.assembly.as_deref(), Some("ferrybus-core"));
+    /// assert!(host.framework_version.as_deref().unwrap().starts_with("Rust 1."));
+    /// assert_eq!(host.mass_transit_version.as_deref(), Some(concat!("ferrybus ", env!("CARGO_PKG_VERSION"))));
+    /// ```
     pub fn set_application(name: &str, version: &str) -> bool {
         CURRENT
             .set(HostInfo::detect(Some(name), Some(version)))
             .is_ok()
     }
 
+    /// MassTransit's `HostMetadataCache.Host` (`src/MassTransit.Abstractions/Metadata/BusHostInfo.cs`):
+    /// machine, process name and id, entry assembly and its version, `Environment.Version`,
+    /// MassTransit's version, `Environment.OSVersion`. Here: the executable's name, the
+    /// application given to [`HostInfo::set_application`] (else the executable's name), the
+    /// Rust compiler that built ferrybus (`Rust 1.xx.y`), `ferrybus <version>`, and the kernel
+    /// release as .NET writes it on Unix (`Unix 6.8.0`).
     fn detect(assembly: Option<&str>, version: Option<&str>) -> HostInfo {
-        let process_name = std::env::current_exe()
-            .ok()
-            .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
-            .unwrap_or_else(|| "ferrybus".to_owned());
+        let process_name = process_name();
         HostInfo {
             machine_name: Some(gethostname::gethostname().to_string_lossy().into_owned()),
             process_id: Some(i64::from(std::process::id())),
             assembly: Some(assembly.map_or_else(|| process_name.clone(), str::to_owned)),
-            assembly_version: Some(version.unwrap_or("0.0.0").to_owned()),
-            framework_version: Some("rust".to_owned()),
+            assembly_version: Some(version.unwrap_or("Unknown").to_owned()),
+            framework_version: Some(format!("Rust {}", env!("FERRYBUS_RUSTC_VERSION"))),
             mass_transit_version: Some(format!("ferrybus {}", env!("CARGO_PKG_VERSION"))),
             operating_system_version: Some(os_version()),
             process_name: Some(process_name),
@@ -98,13 +112,31 @@ impl HostInfo {
     }
 }
 
+/// The running executable's name (what `ps` shows), without an extension.
+fn process_name() -> String {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .or_else(|| {
+            std::fs::read_to_string("/proc/self/comm")
+                .ok()
+                .map(|s| s.trim().to_owned())
+        })
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "ferrybus".to_owned())
+}
+
 fn os_version() -> String {
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_owned())
         .unwrap_or_default();
-    if release.is_empty() {
-        std::env::consts::OS.to_owned()
-    } else {
-        format!("Unix {release}")
+    // .NET writes `Unix <major.minor.build>`: the leading numeric part of the release.
+    let numeric: String = release
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    match numeric.trim_end_matches('.') {
+        "" => std::env::consts::OS.to_owned(),
+        version => format!("Unix {version}"),
     }
 }

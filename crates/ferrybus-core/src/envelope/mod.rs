@@ -24,14 +24,18 @@
 
 mod headers;
 mod host;
+mod payload;
+mod read;
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use uuid::Uuid;
 
 pub use headers::{is_mt_header, Headers};
 pub use host::HostInfo;
+pub use payload::Payload;
+pub(crate) use read::read_host;
 
 /// The content type of MassTransit's JSON envelope.
 pub const ENVELOPE_CONTENT_TYPE: &str = "application/vnd.masstransit+json";
@@ -64,8 +68,8 @@ pub struct Envelope {
     pub fault_address: Option<String>,
     /// The message type URNs, the most specific first.
     pub message_type: Vec<String>,
-    /// The payload.
-    pub message: Value,
+    /// The payload, as the JSON text it arrived as (readable as a [`Value`] through `Deref`).
+    pub message: Payload,
     /// When the message expires.
     #[serde(with = "crate::dotnet::datetime::option")]
     pub expiration_time: Option<DateTime<Utc>>,
@@ -119,58 +123,30 @@ impl EnvelopeError {
 }
 
 impl Envelope {
-    /// Reads an envelope from a message body.
+    /// Reads an envelope from a message body, in one pass: the envelope's fields are read (keys
+    /// matched case-insensitively, as System.Text.Json reads them with MassTransit's options) and
+    /// `message` is kept as JSON text ([`Payload`]). A leading UTF-8 BOM is skipped; a body
+    /// with comments or trailing commas is read again with a lenient parser.
     pub fn from_slice(body: &[u8]) -> Result<Envelope, EnvelopeError> {
-        Self::from_value(parse_json(body)?)
+        let body = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body);
+        let mut de = serde_json::Deserializer::from_slice(body);
+        let strict = serde::Deserializer::deserialize_any(&mut de, read::EnvelopeVisitor)
+            .and_then(|read| de.end().map(|()| read));
+        match strict {
+            Ok(read) => read,
+            Err(strict) if strict.is_syntax() || strict.is_eof() => {
+                let value =
+                    parse_lenient(body).ok_or_else(|| EnvelopeError::Json(strict.to_string()))?;
+                Self::from_value(value)
+            }
+            Err(other) => Err(EnvelopeError::Json(other.to_string())),
+        }
     }
 
     /// Reads an envelope from parsed JSON, matching keys case-insensitively.
     pub fn from_value(value: Value) -> Result<Envelope, EnvelopeError> {
-        let Value::Object(map) = value else {
-            return Err(EnvelopeError::NotAnObject);
-        };
-        let mut envelope = Envelope::default();
-        let mut message = None;
-        for (key, value) in map {
-            envelope.read_field(&key, value, &mut message)?;
-        }
-        envelope.message = match message {
-            Some(Value::Null) | None => return Err(EnvelopeError::MissingMessage),
-            Some(m) => m,
-        };
-        Ok(envelope)
-    }
-
-    fn read_field(
-        &mut self,
-        key: &str,
-        value: Value,
-        message: &mut Option<Value>,
-    ) -> Result<(), EnvelopeError> {
-        match key.to_ascii_lowercase().as_str() {
-            "messageid" => self.message_id = read_guid("messageId", value)?,
-            "requestid" => self.request_id = read_guid("requestId", value)?,
-            "correlationid" => self.correlation_id = read_guid("correlationId", value)?,
-            "conversationid" => self.conversation_id = read_guid("conversationId", value)?,
-            "initiatorid" => self.initiator_id = read_guid("initiatorId", value)?,
-            "sourceaddress" => self.source_address = read_string("sourceAddress", value)?,
-            "destinationaddress" => {
-                self.destination_address = read_string("destinationAddress", value)?
-            }
-            "responseaddress" => self.response_address = read_string("responseAddress", value)?,
-            "faultaddress" => self.fault_address = read_string("faultAddress", value)?,
-            "messagetype" => self.message_type = read_message_types(value)?,
-            "message" => *message = Some(value),
-            "expirationtime" => self.expiration_time = read_time("expirationTime", value)?,
-            "senttime" => self.sent_time = read_time("sentTime", value)?,
-            "headers" => {
-                self.headers =
-                    Headers::from_json(value).map_err(|r| EnvelopeError::field("headers", r))?
-            }
-            "host" => self.host = read_host(value)?,
-            _ => {}
-        }
-        Ok(())
+        serde::Deserializer::deserialize_any(value, read::EnvelopeVisitor)
+            .unwrap_or_else(|e| Err(EnvelopeError::Json(e.to_string())))
     }
 
     /// The envelope as JSON bytes in the v8 shape.
@@ -209,20 +185,6 @@ fn parse_lenient(body: &[u8]) -> Option<Value> {
     serde_json::from_slice(&serde_json_lenient::to_vec(&lenient).ok()?).ok()
 }
 
-fn read_guid(field: &'static str, value: Value) -> Result<Option<Uuid>, EnvelopeError> {
-    match value {
-        Value::Null => Ok(None),
-        Value::String(s) if s.trim().is_empty() => Ok(None),
-        Value::String(s) => parse_dotnet_guid(&s)
-            .map(Some)
-            .ok_or_else(|| EnvelopeError::field(field, format!("{s:?} is not a GUID"))),
-        other => Err(EnvelopeError::field(
-            field,
-            format!("expected a GUID string, found {}", json_kind(&other)),
-        )),
-    }
-}
-
 /// Parses a GUID in any format .NET's `Guid.TryParse` accepts for envelope ids: `D`
 /// (hyphenated), `N` (32 digits), `B` (`{...}`), `P` (`(...)`).
 pub fn parse_dotnet_guid(text: &str) -> Option<Uuid> {
@@ -232,85 +194,6 @@ pub fn parse_dotnet_guid(text: &str) -> Option<Uuid> {
         .and_then(|s| s.strip_suffix(')'))
         .unwrap_or(t);
     Uuid::try_parse(inner).ok()
-}
-
-fn read_string(field: &'static str, value: Value) -> Result<Option<String>, EnvelopeError> {
-    match value {
-        Value::Null => Ok(None),
-        Value::String(s) => Ok(Some(s)),
-        other => Err(EnvelopeError::field(
-            field,
-            format!("expected a string, found {}", json_kind(&other)),
-        )),
-    }
-}
-
-fn read_message_types(value: Value) -> Result<Vec<String>, EnvelopeError> {
-    let invalid = || EnvelopeError::field("messageType", "expected an array of URN strings");
-    match value {
-        Value::Null => Ok(Vec::new()),
-        Value::String(s) => Ok(s.split(';').map(str::to_owned).collect()),
-        Value::Array(items) => items
-            .into_iter()
-            .map(|v| match v {
-                Value::String(s) => Ok(s),
-                _ => Err(invalid()),
-            })
-            .collect(),
-        _ => Err(invalid()),
-    }
-}
-
-fn read_time(field: &'static str, value: Value) -> Result<Option<DateTime<Utc>>, EnvelopeError> {
-    match value {
-        Value::Null => Ok(None),
-        Value::String(s) if s.is_empty() => Ok(None),
-        Value::String(s) => crate::dotnet::datetime::parse_datetime(s.trim())
-            .map(Some)
-            .map_err(|_| EnvelopeError::field(field, format!("{s:?} is not a date-time"))),
-        other => Err(EnvelopeError::field(
-            field,
-            format!("expected a date-time string, found {}", json_kind(&other)),
-        )),
-    }
-}
-
-fn read_host(value: Value) -> Result<Option<HostInfo>, EnvelopeError> {
-    match value {
-        Value::Null => Ok(None),
-        Value::Object(map) => {
-            let lowered: Map<String, Value> = map
-                .into_iter()
-                .map(|(k, v)| (camel_case_key(&k), v))
-                .collect();
-            serde_json::from_value(Value::Object(lowered))
-                .map(Some)
-                .map_err(|e| EnvelopeError::field("host", e.to_string()))
-        }
-        other => Err(EnvelopeError::field(
-            "host",
-            format!("expected an object, found {}", json_kind(&other)),
-        )),
-    }
-}
-
-fn camel_case_key(key: &str) -> String {
-    let mut chars = key.chars();
-    match chars.next() {
-        Some(first) => first.to_lowercase().chain(chars).collect(),
-        None => String::new(),
-    }
-}
-
-fn json_kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 #[cfg(test)]
@@ -361,7 +244,7 @@ mod tests {
     #[test]
     fn writes_all_keys_in_order_with_nulls() {
         let envelope = Envelope {
-            message: serde_json::json!({}),
+            message: serde_json::json!({}).into(),
             ..Envelope::default()
         };
         let text = String::from_utf8(envelope.to_vec()).unwrap();

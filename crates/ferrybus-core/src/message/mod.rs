@@ -20,6 +20,7 @@
 //!                       "urn:message:Bookstore.Contracts:IOrderEvent"]);
 //! ```
 
+mod bind;
 mod naming;
 mod type_name;
 
@@ -27,6 +28,7 @@ use std::sync::Arc;
 
 use serde::{de::DeserializeOwned, Serialize};
 
+pub use bind::{bind, bind_value};
 pub use naming::{consumer_id, kebab_case, short_type_name};
 pub use type_name::{ParseTypeNameError, TypeName, URN_PREFIX};
 
