@@ -77,6 +77,7 @@ mod send;
 mod sql;
 mod storage;
 mod sweeper;
+mod transient;
 pub mod telemetry;
 pub mod testing;
 
@@ -86,3 +87,4 @@ pub use inbox::{InboxTransaction, TransactionExt};
 pub use migrate::Migrator;
 pub use outbox::{BusOutbox, OutboxPublisher};
 pub use storage::PostgresStorage;
+pub use transient::is_transient;
