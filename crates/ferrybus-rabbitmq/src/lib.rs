@@ -76,6 +76,7 @@ mod endpoint;
 mod error;
 mod event;
 pub mod naming;
+mod poison;
 mod publish;
 mod request;
 mod settings;

@@ -77,9 +77,9 @@ mod send;
 mod sql;
 mod storage;
 mod sweeper;
-mod transient;
 pub mod telemetry;
 pub mod testing;
+mod transient;
 
 pub use config::{NamingStyle, Tables, TimestampType};
 pub use error::{StoreError, StoreErrorKind};

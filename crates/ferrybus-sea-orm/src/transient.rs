@@ -23,9 +23,9 @@ use sea_orm::{ConnAcquireErr, DbErr, RuntimeErr};
 pub fn is_transient(error: &(dyn StdError + 'static)) -> Option<Dependency> {
     let transient = if let Some(db) = error.downcast_ref::<DbErr>() {
         match db {
-            DbErr::ConnectionAcquire(ConnAcquireErr::Timeout | ConnAcquireErr::ConnectionClosed) => {
-                true
-            }
+            DbErr::ConnectionAcquire(
+                ConnAcquireErr::Timeout | ConnAcquireErr::ConnectionClosed,
+            ) => true,
             DbErr::Conn(RuntimeErr::SqlxError(e))
             | DbErr::Exec(RuntimeErr::SqlxError(e))
             | DbErr::Query(RuntimeErr::SqlxError(e)) => sqlx_transient(e),
@@ -61,7 +61,10 @@ mod tests {
         assert_eq!(is_transient(&reset), Some(Dependency::Storage));
         let timeout = DbErr::Conn(RuntimeErr::SqlxError(sqlx::Error::PoolTimedOut));
         assert_eq!(is_transient(&timeout), Some(Dependency::Storage));
-        assert_eq!(is_transient(&sqlx::Error::PoolTimedOut), Some(Dependency::Storage));
+        assert_eq!(
+            is_transient(&sqlx::Error::PoolTimedOut),
+            Some(Dependency::Storage)
+        );
         let closed = DbErr::Conn(RuntimeErr::SqlxError(sqlx::Error::PoolClosed));
         assert_eq!(is_transient(&closed), None, "closed on purpose");
         assert_eq!(is_transient(&DbErr::Custom("bad".into())), None);

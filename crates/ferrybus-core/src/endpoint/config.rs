@@ -229,6 +229,13 @@ impl EndpointConfig {
         self
     }
 
+    /// The delivery limit of a quorum queue (`x-delivery-limit`, see
+    /// [`QueueOptions::delivery_limit`]).
+    pub fn delivery_limit(mut self, deliveries: u32) -> Self {
+        self.queue = self.queue.delivery_limit(deliveries);
+        self
+    }
+
     /// Replaces all queue options at once.
     pub fn queue_options(mut self, options: QueueOptions) -> Self {
         self.queue = options;
@@ -421,7 +428,8 @@ impl EndpointConfig {
         self.raw_json
     }
 
-    pub(crate) fn publishes_faults(&self) -> bool {
+    /// Whether `Fault<T>` is published when a consumer fails for good.
+    pub fn publishes_faults(&self) -> bool {
         self.publish_faults
     }
 
