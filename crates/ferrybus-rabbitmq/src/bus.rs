@@ -127,9 +127,44 @@ impl RabbitMqBus {
         }
     }
 
-    /// A builder for the broker at `uri`.
+    /// A builder for the broker at `uri`: one URI, a comma-separated list of URIs (a cluster),
+    /// or one URI with several hosts (see [`HostSettings`]).
     pub fn builder(uri: &str) -> RabbitMqBusBuilder {
         RabbitMqBusBuilder::new(uri)
+    }
+
+    /// A builder for a cluster: the bus connects to the first of `uris` that answers and fails
+    /// over to the next when its connection is lost.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), ferrybus_rabbitmq::RabbitMqError> {
+    /// let bus = ferrybus_rabbitmq::RabbitMqBus::cluster([
+    ///     "amqp://app:secret@rabbit-1:5672/%2f",
+    ///     "amqp://app:secret@rabbit-2:5672/%2f",
+    ///     "amqp://app:secret@rabbit-3:5672/%2f",
+    /// ])
+    /// .start()
+    /// .await?;
+    /// println!("connected to {:?}", bus.connected_host());
+    /// # Ok(()) }
+    /// ```
+    pub fn cluster<I, S>(uris: I) -> RabbitMqBusBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let joined = uris
+            .into_iter()
+            .map(|u| u.as_ref().trim().to_owned())
+            .collect::<Vec<_>>()
+            .join(",");
+        RabbitMqBusBuilder::new(&joined)
+    }
+
+    /// `host:port` of the broker node the bus is connected to now (no credentials), `None`
+    /// while it is not connected.
+    pub fn connected_host(&self) -> Option<String> {
+        self.inner.connector.connected_host()
     }
 
     /// The bus address, `rabbitmq://host/vhost/<machine>_<process>_bus_<id>?temporary=true`:

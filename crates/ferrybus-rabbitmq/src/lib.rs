@@ -88,4 +88,4 @@ pub use delay::DelayMode;
 pub use error::{ErrorKind, RabbitMqError, Result};
 pub use event::Event;
 pub use request::{RequestClient, Response};
-pub use settings::HostSettings;
+pub use settings::{redact, HostSettings};
