@@ -104,6 +104,7 @@ impl Billing {
         let bus = RabbitMqBus::builder(&config.amqp_url)
             .connection_name(config.connection_name.clone())
             .shutdown_timeout(config.shutdown_timeout)
+            .connect_timeout(config.connect_timeout)
             .storage(storage(config, db.clone()))
             .receive_endpoint(&config.invoice_queue, |e| {
                 invoice_endpoint(e, config, invoices)

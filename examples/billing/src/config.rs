@@ -24,6 +24,7 @@ pub struct ConfigError {
 /// | `BILLING_PAYMENTS_QUEUE` | `billing-payments` | the payments endpoint's queue |
 /// | `BILLING_BIND` | `1` | `0`: the endpoints do not bind their message types' exchanges (only messages sent to their queues arrive) |
 /// | `BILLING_SHUTDOWN_TIMEOUT_MS` | `30000` | how long a stop (SIGTERM, Ctrl-C) lets in-flight messages finish |
+/// | `BILLING_CONNECT_TIMEOUT_MS` | `30000` | how long start-up keeps trying to reach RabbitMQ |
 /// | `BILLING_CONCURRENCY` | `4` | messages consumed at once per endpoint |
 /// | `PAYMENT_DELAY_MS` | `200` | how long the fake payment gateway takes |
 /// | `BILLING_SCHEMA` | `billing` | schema of the business tables |
@@ -65,6 +66,8 @@ pub struct Config {
     pub quorum: bool,
     /// How long a stop lets in-flight messages finish.
     pub shutdown_timeout: Duration,
+    /// How long start-up keeps trying to reach RabbitMQ.
+    pub connect_timeout: Duration,
 }
 
 /// The delivery limit of billing's quorum queues, set explicitly (RabbitMQ 4.x's default; 3.x
@@ -92,6 +95,7 @@ impl Default for Config {
             connection_name: "billing".to_owned(),
             quorum: false,
             shutdown_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -151,6 +155,16 @@ impl Config {
                 )
             })?;
             config.shutdown_timeout = Duration::from_millis(ms);
+        }
+        if let Some(value) = lookup("BILLING_CONNECT_TIMEOUT_MS") {
+            let ms = value.parse::<u64>().map_err(|_| {
+                invalid(
+                    "BILLING_CONNECT_TIMEOUT_MS",
+                    &value,
+                    "expected milliseconds",
+                )
+            })?;
+            config.connect_timeout = Duration::from_millis(ms);
         }
         config.tables = tables_from_lookup(&lookup)?;
         Ok(config)
@@ -253,7 +267,7 @@ pub fn tables_from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Tab
 fn invalid(name: &'static str, value: &str, reason: &'static str) -> ConfigError {
     ConfigError {
         name,
-        value: value.to_owned(),
+        value: ferrybus::rabbitmq::redact(value),
         reason,
     }
 }
