@@ -101,7 +101,13 @@ impl Billing {
         )
         .await?;
         let invoices = InvoiceConsumer::new(gateway, &config.billing_schema);
-        let bus = RabbitMqBus::builder(&config.amqp_url)
+        let mut builder = RabbitMqBus::builder(&config.amqp_url);
+        if let Some(path) = &config.amqp_tls_ca_file {
+            let pem = std::fs::read_to_string(path)
+                .map_err(|e| format!("AMQP_TLS_CA_FILE {}: {e}", path.display()))?;
+            builder = builder.tls_root_certificates(pem);
+        }
+        let bus = builder
             .connection_name(config.connection_name.clone())
             .shutdown_timeout(config.shutdown_timeout)
             .connect_timeout(config.connect_timeout)

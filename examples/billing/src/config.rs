@@ -19,6 +19,7 @@ pub struct ConfigError {
 /// |---|---|---|
 /// | `DATABASE_URL` | `postgres://postgres@127.0.0.1:5432/test` | PostgreSQL |
 /// | `AMQP_URL` | `amqp://guest:guest@127.0.0.1:5672/%2f` | RabbitMQ: one URI, or a comma-separated list of a cluster's nodes (`amqp://u:p@n1/%2f,amqp://u:p@n2/%2f`, or `amqp://u:p@n1,n2,n3/%2f`) |
+/// | `AMQP_TLS_CA_FILE` | — | a PEM file of CA certificates trusted for `amqps://` (a private CA), besides the system's |
 /// | `BILLING_QUORUM` | `0` | `1`: the endpoint queues are quorum queues, with an explicit delivery limit of 20 |
 /// | `BILLING_INVOICE_QUEUE` | `billing-invoice` | the invoice endpoint's queue |
 /// | `BILLING_PAYMENTS_QUEUE` | `billing-payments` | the payments endpoint's queue |
@@ -68,6 +69,8 @@ pub struct Config {
     pub shutdown_timeout: Duration,
     /// How long start-up keeps trying to reach RabbitMQ.
     pub connect_timeout: Duration,
+    /// A PEM file of CA certificates trusted for `amqps://`.
+    pub amqp_tls_ca_file: Option<std::path::PathBuf>,
 }
 
 /// The delivery limit of billing's quorum queues, set explicitly (RabbitMQ 4.x's default; 3.x
@@ -96,6 +99,7 @@ impl Default for Config {
             quorum: false,
             shutdown_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(30),
+            amqp_tls_ca_file: None,
         }
     }
 }
@@ -155,6 +159,9 @@ impl Config {
                 )
             })?;
             config.shutdown_timeout = Duration::from_millis(ms);
+        }
+        if let Some(path) = lookup("AMQP_TLS_CA_FILE") {
+            config.amqp_tls_ca_file = Some(path.into());
         }
         if let Some(value) = lookup("BILLING_CONNECT_TIMEOUT_MS") {
             let ms = value.parse::<u64>().map_err(|_| {
