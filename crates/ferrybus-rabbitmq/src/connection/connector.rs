@@ -176,7 +176,7 @@ impl Connector {
                 attempt,
                 reason: error.to_string(),
             });
-            if (attempt as usize) % hosts != 0 {
+            if !(attempt as usize).is_multiple_of(hosts) {
                 continue; // the next host at once
             }
             let delay = backoff.next_delay();
