@@ -117,11 +117,19 @@ start_one() { # start_one <n|tls>
 }
 
 stop_one() {
-  local n=$1
+  local n=$1 pidfile="$DIR/node$1/pid" pid=""
+  [ -f "$pidfile" ] && pid=$(cat "$pidfile" 2>/dev/null || true)
   if ctl "$n" -q status >/dev/null 2>&1; then
     ctl "$n" -q stop >/dev/null 2>&1 || true
-    log "$(name_of "$n") stopped"
   fi
+  # The node did not answer its CLI (or did not stop): end it by its own pid.
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+    kill -0 "$pid" 2>/dev/null && kill -9 "$pid" 2>/dev/null || true
+  fi
+  if [ -n "$pid" ]; then log "$(name_of "$n") stopped"; fi
+  rm -f "$pidfile"
 }
 
 start() {
