@@ -52,10 +52,16 @@ node_env() {
     RABBITMQ_ENABLED_PLUGINS_FILE="$home/enabled_plugins" \
     RABBITMQ_CONF_ENV_FILE="$home/rabbitmq-env.conf" \
     ERL_EPMD_ADDRESS=127.0.0.1 \
+    ERL_CRASH_DUMP="$DIR/erl_crash.dump" \
     "$@"
 }
 
-ctl() { local n=$1; shift; node_env "$n" "$RMQ_BIN/rabbitmqctl" -n "$(name_of "$n")" "$@"; }
+# rabbitmqctl for node $1; fails at once (without starting Erlang) when nothing was set up.
+ctl() {
+  local n=$1; shift
+  [ -f "$DIR/.erlang.cookie" ] || { log "no cluster set up in $DIR"; return 1; }
+  (cd "$DIR" && node_env "$n" "$RMQ_BIN/rabbitmqctl" -n "$(name_of "$n")" "$@")
+}
 
 port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
@@ -104,10 +110,11 @@ write_cookie() {
 start_one() { # start_one <n|tls>
   local n=$1 port
   port=$(port_of "$n")
+  [ -f "$DIR/node$n/rabbitmq.conf" ] || { log "node $n is not set up in $DIR (run start)"; return 1; }
   if ctl "$n" -q status >/dev/null 2>&1; then log "node $(name_of "$n") runs already"; return 0; fi
   port_free "$port" || { log "port $port is taken"; return 1; }
   port_free $((20000 + port)) || { log "port $((20000 + port)) is taken"; return 1; }
-  node_env "$n" "$RMQ_BIN/rabbitmq-server" -detached >/dev/null 2>&1 \
+  (cd "$DIR" && node_env "$n" "$RMQ_BIN/rabbitmq-server" -detached) >/dev/null 2>&1 \
     || { log "rabbitmq-server failed for $(name_of "$n")"; return 1; }
   for _ in $(seq 1 120); do
     if ctl "$n" -q await_startup >/dev/null 2>&1; then log "$(name_of "$n") is up on 127.0.0.1:$port"; return 0; fi
