@@ -83,6 +83,7 @@ impl TestEnv {
             payments_queue: self.queue(&format!("payments{tag}")),
             bind_message_types: bind,
             connection_name: format!("e2e-billing-{}", self.id),
+            ..Config::default()
         }
     }
 

@@ -16,8 +16,8 @@ mod services;
 
 pub use env::{tables, TestEnv};
 pub use ferrybus_testing::{
-    amqp_url, broker_socket, database_url, eventually, header_str, init_tracing, unique_suffix,
-    wait_event, Probe, Received, TcpProxy, WAIT,
+    amqp_url, broker_socket, database_socket, database_url, eventually, header_str, init_tracing,
+    unique_suffix, wait_event, Probe, Received, TcpProxy, WAIT,
 };
 pub use http_client::http;
 pub use services::{

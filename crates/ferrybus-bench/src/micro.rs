@@ -83,6 +83,7 @@ pub(crate) async fn run(n: usize) -> Result<MicroResult, BoxError> {
             factory: Arc::new(factory.clone()),
             cancellation: CancellationToken::new(),
             inbox: None,
+            storage: None,
         },
     );
     let delivery = |body: &Vec<u8>| {

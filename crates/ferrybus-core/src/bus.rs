@@ -19,6 +19,7 @@ use crate::endpoint::{EndpointConfig, EndpointContext};
 use crate::error::BoxError;
 use crate::outgoing::MessageFactory;
 use crate::publish::SharedSink;
+use crate::resilience::Dependency;
 
 /// The storage of a bus: the inbox and outbox tables and the services that keep them (outbox
 /// delivery, sweeper, inbox cleanup). `ferrybus-sea-orm`'s `PostgresStorage` implements it.
@@ -35,6 +36,21 @@ pub trait Storage: Send + Sync + 'static {
     /// Starts the background services, which send stored messages through `sink` (the bus's
     /// transport). Called once the storage is prepared; stopped after the endpoints.
     fn start(&self, sink: SharedSink) -> Background;
+
+    /// Whether `error` (one error of a failure's chain) is a transient failure of this storage:
+    /// a connection refused or reset, a pool timeout, the server shutting down or starting up.
+    /// On one, the endpoint pauses until [`probe`](Self::probe) answers, instead of spending its
+    /// retries (see [`resilience`](crate::resilience)). `None` by default.
+    fn classify(&self, error: &(dyn std::error::Error + 'static)) -> Option<Dependency> {
+        let _ = error;
+        None
+    }
+
+    /// Whether the storage answers (e.g. `SELECT 1`), asked while an endpoint is paused for it.
+    /// `true` by default.
+    async fn probe(&self) -> bool {
+        true
+    }
 }
 
 /// Running background tasks (outbox delivery, cleanup). [`Background::stop`] lets work in flight
@@ -204,6 +220,7 @@ impl BusConfig {
             factory,
             cancellation,
             inbox,
+            storage: self.storage.clone(),
         }
     }
 }

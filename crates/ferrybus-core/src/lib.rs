@@ -26,6 +26,7 @@ pub mod memory;
 pub mod message;
 pub mod outgoing;
 pub mod publish;
+pub mod resilience;
 
 pub use address::{AddressError, EndpointAddress, HostAddress};
 pub use bus::{Background, BusConfig, ConfigError, Storage};

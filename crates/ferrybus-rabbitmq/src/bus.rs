@@ -6,6 +6,7 @@ mod builder;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use ferrybus_core::resilience::{Dependency, EndpointControl, EndpointState};
 use ferrybus_core::{
     Background, BusConfig, EndpointConfig, HostAddress, MessageFactory, MessageOrigin, MessageSink,
     OutgoingMessage, Publish, PublishError,
@@ -20,6 +21,7 @@ use crate::endpoint::EndpointRunner;
 use crate::error::Result;
 use crate::event::{Event, Events};
 use crate::naming::temporary_queue_name;
+use crate::poison::{delivery_limit, DeliveryLimit};
 use crate::publish::Publisher;
 use crate::request::ResponseEndpoint;
 use crate::settings::HostSettings;
@@ -43,6 +45,7 @@ pub(crate) struct Inner {
     pub(crate) responses: tokio::sync::OnceCell<Arc<ResponseEndpoint>>,
     shutdown_timeout: Duration,
     delay_mode: DelayMode,
+    controls: Mutex<Vec<(String, EndpointControl)>>,
 }
 
 /// A running bus on RabbitMQ: its receive endpoints consume, its storage's background services
@@ -119,13 +122,49 @@ impl RabbitMqBus {
                 responses: tokio::sync::OnceCell::new(),
                 shutdown_timeout,
                 delay_mode,
+                controls: Mutex::new(Vec::new()),
             }),
         }
     }
 
-    /// A builder for the broker at `uri`.
+    /// A builder for the broker at `uri`: one URI, a comma-separated list of URIs (a cluster),
+    /// or one URI with several hosts (see [`HostSettings`]).
     pub fn builder(uri: &str) -> RabbitMqBusBuilder {
         RabbitMqBusBuilder::new(uri)
+    }
+
+    /// A builder for a cluster: the bus connects to the first of `uris` that answers and fails
+    /// over to the next when its connection is lost.
+    ///
+    /// ```no_run
+    /// # async fn run() -> Result<(), ferrybus_rabbitmq::RabbitMqError> {
+    /// let bus = ferrybus_rabbitmq::RabbitMqBus::cluster([
+    ///     "amqp://app:secret@rabbit-1:5672/%2f",
+    ///     "amqp://app:secret@rabbit-2:5672/%2f",
+    ///     "amqp://app:secret@rabbit-3:5672/%2f",
+    /// ])
+    /// .start()
+    /// .await?;
+    /// println!("connected to {:?}", bus.connected_host());
+    /// # Ok(()) }
+    /// ```
+    pub fn cluster<I, S>(uris: I) -> RabbitMqBusBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let joined = uris
+            .into_iter()
+            .map(|u| u.as_ref().trim().to_owned())
+            .collect::<Vec<_>>()
+            .join(",");
+        RabbitMqBusBuilder::new(&joined)
+    }
+
+    /// `host:port` of the broker node the bus is connected to now (no credentials), `None`
+    /// while it is not connected.
+    pub fn connected_host(&self) -> Option<String> {
+        self.inner.connector.connected_host()
     }
 
     /// The bus address, `rabbitmq://host/vhost/<machine>_<process>_bus_<id>?temporary=true`:
@@ -212,12 +251,26 @@ impl RabbitMqBus {
             inner.factory.clone(),
             pipeline_cancel.clone(),
         );
+        let service = endpoint.build(context);
+        let connector = inner.connector.clone();
+        service.control().set_probe(Dependency::Broker, move || {
+            let connected = connector.is_connected();
+            async move { connected }
+        });
+        self.controls()
+            .push((endpoint.name().to_owned(), service.control().clone()));
+        let delivery_limit = delivery_limit(endpoint.queue()).map(|limit| DeliveryLimit {
+            limit,
+            input_address: inner.host.entity_address(endpoint.name()),
+            factory: inner.factory.clone(),
+            publish_faults: endpoint.publishes_faults(),
+        });
         EndpointRunner {
             queue: QueueDecl::for_endpoint(endpoint.name(), endpoint.queue()),
             message_types,
             prefetch: endpoint.prefetch_count(),
             concurrency: endpoint.concurrency_limit(),
-            service: endpoint.build(context),
+            service,
             pipeline_cancel,
             connector: inner.connector.clone(),
             publisher: inner.publisher.clone(),
@@ -225,7 +278,40 @@ impl RabbitMqBus {
             delay_mode: inner.delay_mode,
             stop: inner.stop.clone(),
             shutdown_timeout: inner.shutdown_timeout,
+            delivery_limit,
         }
+    }
+
+    fn controls(&self) -> std::sync::MutexGuard<'_, Vec<(String, EndpointControl)>> {
+        self.inner
+            .controls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Every receive endpoint's state (running, or paused and why), for health checks.
+    ///
+    /// ```no_run
+    /// # fn run(bus: ferrybus_rabbitmq::RabbitMqBus) {
+    /// for (queue, state) in bus.endpoint_states() {
+    ///     println!("{queue}: {}", if state.is_paused() { "paused" } else { "running" });
+    /// }
+    /// # }
+    /// ```
+    pub fn endpoint_states(&self) -> Vec<(String, EndpointState)> {
+        self.controls()
+            .iter()
+            .map(|(name, control)| (name.clone(), control.state()))
+            .collect()
+    }
+
+    /// The pause switch of the endpoint `queue` (to pause it by hand, or watch it), once the
+    /// bus started it.
+    pub fn endpoint_control(&self, queue: &str) -> Option<EndpointControl> {
+        self.controls()
+            .iter()
+            .find(|(name, _)| name == queue)
+            .map(|(_, control)| control.clone())
     }
 
     /// Stops gracefully, in order: endpoints stop taking deliveries (`basic.cancel`), in-flight

@@ -22,6 +22,8 @@ pub(crate) use connector::Connector;
 /// One open connection and what belongs to it.
 pub(crate) struct Live {
     pub(crate) generation: u64,
+    /// Which of the settings' hosts it is connected to.
+    pub(crate) host_index: usize,
     connection: Connection,
     publish: ChannelSlot,
     declare: ChannelSlot,
@@ -102,7 +104,7 @@ impl Live {
     pub(crate) async fn delayed_exchange_supported(&self) -> bool {
         *self
             .delayed_exchange
-            .get_or_init(|| probe_delayed_exchange(self.settings.clone()))
+            .get_or_init(|| probe_delayed_exchange(self.settings.clone(), self.host_index))
             .await
     }
 
@@ -162,23 +164,44 @@ impl ChannelSlot {
     }
 }
 
-async fn open(settings: &HostSettings) -> Result<Connection> {
+/// Opens a connection to host `index` of `settings` (with the extra TLS roots for `amqps://`).
+/// Errors name the host, never the credentials.
+async fn open(settings: &HostSettings, index: usize) -> Result<Connection> {
     let mut properties = ConnectionProperties::default();
     if let Some(name) = &settings.connection_name {
         properties = properties.with_connection_name(name.as_str().into());
     }
-    let connect = Connection::connect(settings.uri(), properties);
+    let host = settings.host_label(index);
+    let tls = lapin::tcp::OwnedTLSConfig {
+        identity: None,
+        cert_chain: settings.tls_roots.clone(),
+    };
+    let runtime = lapin::runtime::default_runtime().map_err(|e| {
+        RabbitMqError::with_source(ErrorKind::Config, "no async runtime for lapin", e)
+    })?;
+    let connect = Connection::connect_with_config(settings.uri(index), properties, tls, runtime);
     tokio::time::timeout(settings.connect_timeout, connect)
         .await
-        .map_err(|_| RabbitMqError::new(ErrorKind::Timeout, "connecting to the broker"))?
+        .map_err(|_| {
+            RabbitMqError::new(
+                ErrorKind::Timeout,
+                format!("connecting to the broker at {host}"),
+            )
+        })?
         .map_err(|e| {
-            RabbitMqError::with_source(ErrorKind::NotConnected, "connecting to the broker", e)
+            RabbitMqError::new(
+                ErrorKind::NotConnected,
+                format!(
+                    "connecting to the broker at {host} ({})",
+                    crate::settings::redact(&e.to_string())
+                ),
+            )
         })
 }
 
-async fn probe_delayed_exchange(settings: Arc<HostSettings>) -> bool {
+async fn probe_delayed_exchange(settings: Arc<HostSettings>, index: usize) -> bool {
     let probe = async {
-        let connection = open(&settings).await.ok()?;
+        let connection = open(&settings, index).await.ok()?;
         let channel = connection.create_channel().await.ok()?;
         let name = format!("ferrybus.delay-probe.{}", uuid::Uuid::now_v7());
         let mut args = lapin::types::FieldTable::default();

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use ferrybus_core::Endpoint;
+use ferrybus_core::resilience::{Dependency, EndpointControl, EndpointState, PauseCause, Resume};
+use ferrybus_core::{Endpoint, Settlement};
 use futures::StreamExt;
 use lapin::message::Delivery;
 use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
@@ -21,6 +22,7 @@ use crate::convert::inbound;
 use crate::delay::DelayMode;
 use crate::error::{RabbitMqError, Result};
 use crate::event::{Event, Events};
+use crate::poison::DeliveryLimit;
 use crate::publish::Publisher;
 use crate::settle::{settle, SettleContext};
 use crate::topology::{short, QueueDecl};
@@ -42,6 +44,8 @@ pub(crate) struct EndpointRunner {
     pub(crate) delay_mode: DelayMode,
     pub(crate) stop: CancellationToken,
     pub(crate) shutdown_timeout: Duration,
+    /// For quorum queues: deliveries seen this often go to `_error` without running.
+    pub(crate) delivery_limit: Option<DeliveryLimit>,
 }
 
 /// Why one consume session ended.
@@ -50,6 +54,8 @@ enum SessionEnd {
     Stopped,
     /// The channel or connection went away.
     Lost,
+    /// The endpoint was paused (see [`EndpointControl`]).
+    Paused,
 }
 
 /// The state kept across consume sessions.
@@ -58,6 +64,15 @@ struct Session {
     in_flight: JoinSet<()>,
     channels: Vec<Channel>,
     ready: Option<oneshot::Sender<Result<()>>>,
+}
+
+impl SessionEnd {
+    fn paused(self) -> Self {
+        match self {
+            SessionEnd::Stopped => SessionEnd::Paused,
+            other => other,
+        }
+    }
 }
 
 impl EndpointRunner {
@@ -78,10 +93,23 @@ impl EndpointRunner {
                 () = this.stop.cancelled() => None,
             };
             let Some(live) = live else { break };
+            if this.control().is_paused() {
+                if this.pause(&mut session).await.is_break() {
+                    break;
+                }
+                continue;
+            }
             session.channels.retain(|c| c.status().connected());
             match this.consume(&live, &mut session).await {
                 Ok(SessionEnd::Stopped) => break,
                 Ok(SessionEnd::Lost) => backoff.reset(),
+                Ok(SessionEnd::Paused) => {
+                    if this.pause(&mut session).await.is_break() {
+                        break;
+                    }
+                    backoff.reset();
+                    continue;
+                }
                 Err(error) => {
                     tracing::error!(target: "ferrybus::rabbitmq", queue = %this.queue.name, %error, "endpoint setup failed");
                     this.events.emit(Event::EndpointFailed {
@@ -145,15 +173,18 @@ impl EndpointRunner {
         if let Some(ready) = session.ready.take() {
             let _ = ready.send(Ok(()));
         }
+        let control = self.control();
         loop {
             let permit = tokio::select! {
                 biased;
                 () = self.stop.cancelled() => return Ok(self.cancel(&channel, &consumer).await),
+                () = control.paused() => return Ok(self.cancel(&channel, &consumer).await.paused()),
                 permit = session.limit.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
             };
             let next = tokio::select! {
                 biased;
                 () = self.stop.cancelled() => return Ok(self.cancel(&channel, &consumer).await),
+                () = control.paused() => return Ok(self.cancel(&channel, &consumer).await.paused()),
                 next = consumer.next() => next,
             };
             match next {
@@ -174,6 +205,47 @@ impl EndpointRunner {
         }
     }
 
+    fn control(&self) -> &EndpointControl {
+        self.service.control()
+    }
+
+    /// While paused: lets the deliveries in flight finish, closes the channels (the broker
+    /// requeues what was prefetched and not started), waits until the endpoint resumes (the
+    /// dependency answers, the kill switch's timeout …). `Break` when the bus stops meanwhile.
+    async fn pause(&self, session: &mut Session) -> std::ops::ControlFlow<()> {
+        let control = self.control();
+        let (cause, reason) = match control.state() {
+            EndpointState::Paused(paused) => (paused.cause, paused.reason),
+            _ => return std::ops::ControlFlow::Continue(()),
+        };
+        tracing::warn!(target: "ferrybus::rabbitmq", queue = %self.queue.name, cause = cause.as_str(), %reason, "endpoint paused: not taking deliveries");
+        self.events.emit(Event::EndpointPaused {
+            queue: self.queue.name.clone(),
+            cause: cause.as_str().to_owned(),
+            reason,
+        });
+        let finish = async { while session.in_flight.join_next().await.is_some() {} };
+        tokio::select! {
+            () = finish => {}
+            () = self.stop.cancelled() => return std::ops::ControlFlow::Break(()),
+        }
+        for channel in session.channels.drain(..) {
+            if channel.status().connected() {
+                let _ = channel.close(200, "endpoint paused".into()).await;
+            }
+        }
+        let paused_for = tokio::select! {
+            paused_for = control.until_resumed() => paused_for,
+            () = self.stop.cancelled() => return std::ops::ControlFlow::Break(()),
+        };
+        tracing::info!(target: "ferrybus::rabbitmq", queue = %self.queue.name, ?paused_for, "endpoint resumed");
+        self.events.emit(Event::EndpointResumed {
+            queue: self.queue.name.clone(),
+            paused_for,
+        });
+        std::ops::ControlFlow::Continue(())
+    }
+
     async fn cancel(&self, channel: &Channel, consumer: &lapin::Consumer) -> SessionEnd {
         if let Err(error) = channel
             .basic_cancel(consumer.tag(), BasicCancelOptions::default())
@@ -191,11 +263,22 @@ impl EndpointRunner {
         permit: OwnedSemaphorePermit,
     ) {
         let body = Bytes::from(std::mem::take(&mut delivery.data));
-        let Ok(settlement) = self
-            .service
-            .clone()
-            .oneshot(inbound(&delivery, body.clone()))
-            .await;
+        let over_limit = self
+            .delivery_limit
+            .as_ref()
+            .and_then(|limit| limit.exceeded(&delivery));
+        let settlement = match over_limit {
+            Some(settlement) => settlement,
+            None => {
+                let Ok(settlement) = self
+                    .service
+                    .clone()
+                    .oneshot(inbound(&delivery, body.clone()))
+                    .await;
+                settlement
+            }
+        };
+        let abandoned = matches!(settlement, Settlement::Abandon);
         let ctx = SettleContext {
             live: &live,
             queue: &self.queue,
@@ -203,7 +286,19 @@ impl EndpointRunner {
             publisher: &self.publisher,
             events: &self.events,
         };
-        settle(&ctx, &delivery, &body, settlement).await;
+        match settle(&ctx, &delivery, &body, settlement).await {
+            // A move that failed (the broker refused it, no confirm): the delivery went back to
+            // the queue; pause instead of taking it again at once.
+            Err(error) => {
+                self.control().pause(
+                    PauseCause::Transient(Dependency::Broker),
+                    format!("moving a message failed: {error}"),
+                    Resume::WhenAvailable(Dependency::Broker),
+                );
+            }
+            Ok(()) if !abandoned => self.control().settled(),
+            Ok(()) => {}
+        }
         drop(permit);
     }
 

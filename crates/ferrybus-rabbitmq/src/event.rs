@@ -57,6 +57,25 @@ pub enum Event {
         /// Why.
         reason: String,
     },
+    /// An endpoint paused: it takes no deliveries until it resumes (a transient failure of
+    /// the database or the broker, a kill switch, a circuit breaker; see
+    /// [`ferrybus_core::resilience`]). Unsettled deliveries went back to the queue.
+    EndpointPaused {
+        /// The queue.
+        queue: String,
+        /// Why, as [`PauseCause::as_str`](ferrybus_core::resilience::PauseCause::as_str):
+        /// `transient:storage`, `transient:broker`, `kill-switch` …
+        cause: String,
+        /// What failed, in one line.
+        reason: String,
+    },
+    /// A paused endpoint consumes again.
+    EndpointResumed {
+        /// The queue.
+        queue: String,
+        /// How long it was paused.
+        paused_for: std::time::Duration,
+    },
     /// An endpoint stopped consuming (shutdown).
     EndpointStopped {
         /// The queue.

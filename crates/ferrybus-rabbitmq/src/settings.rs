@@ -7,11 +7,18 @@ use url::Url;
 
 use crate::error::{ErrorKind, RabbitMqError, Result};
 
-/// The broker connection: URI (`amqp://` or `amqps://`, credentials, vhost), connection name and
-/// timeouts.
+/// The broker connection: one URI or several (a cluster), `amqp://` or `amqps://`,
+/// credentials, vhost, connection name and timeouts.
 ///
 /// The vhost follows the AMQP URI rules: `amqp://host` and `amqp://host/%2f` mean `/`.
 /// `rabbitmq://` and `rabbitmqs://` (MassTransit's spelling) are accepted too.
+///
+/// A cluster is a comma-separated list of URIs (`amqp://u:p@node1/%2f,amqp://u:p@node2/%2f`)
+/// or one URI with several hosts (`amqp://u:p@node1:5672,node2:5672/%2f`); every host must
+/// have the same vhost and scheme. The bus connects to the first that answers, fails over to
+/// the next when the connection is lost, and addresses messages with the first host's name
+/// (MassTransit's host address). Passwords never appear in errors, logs or `Debug` output
+/// (see [`redact`]).
 ///
 /// ```
 /// use ferrybus_rabbitmq::HostSettings;
@@ -20,10 +27,14 @@ use crate::error::{ErrorKind, RabbitMqError, Result};
 /// assert_eq!(host.host_address().to_string(), "rabbitmq://broker:5673/sales/");
 /// let local = HostSettings::parse("amqps://localhost/%2f").unwrap();
 /// assert_eq!(local.host_address().to_string(), "rabbitmqs://localhost/");
+/// let cluster = HostSettings::parse("amqp://app:s3cret@node1:5672,node2:5673,node3/%2f").unwrap();
+/// assert_eq!(cluster.hosts(), ["node1:5672", "node2:5673", "node3:5672"]);
+/// assert!(!format!("{cluster:?}").contains("s3cret"));
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct HostSettings {
-    uri: String,
+    /// One URI per host, as lapin connects to it.
+    uris: Vec<String>,
     host: String,
     port: Option<u16>,
     vhost: String,
@@ -33,53 +44,79 @@ pub struct HostSettings {
     pub(crate) publish_timeout: Duration,
     pub(crate) reconnect_min: Duration,
     pub(crate) reconnect_max: Duration,
+    /// Extra root certificates (PEM) for `amqps://`.
+    pub(crate) tls_roots: Option<String>,
+}
+
+/// One parsed host URI.
+struct Parsed {
+    uri: String,
+    host: String,
+    port: Option<u16>,
+    vhost: String,
+    tls: bool,
 }
 
 impl HostSettings {
-    /// Parses a broker URI.
+    /// Parses a broker URI, a comma-separated list of them, or a URI with several hosts.
     pub fn parse(uri: &str) -> Result<Self> {
         let invalid = |reason: String| RabbitMqError::new(ErrorKind::Config, reason);
-        let mut url = Url::parse(uri).map_err(|e| invalid(format!("{uri:?}: {e}")))?;
-        let tls = match url.scheme() {
-            "amqp" | "rabbitmq" => false,
-            "amqps" | "rabbitmqs" => true,
-            other => return Err(invalid(format!("unsupported scheme {other:?}"))),
-        };
-        let scheme = if tls { "amqps" } else { "amqp" };
-        if url.scheme() != scheme {
-            // `Url::set_scheme` refuses special/non-special changes; rebuild instead.
-            url = Url::parse(&format!("{scheme}{}", &uri[uri.find("://").unwrap_or(0)..]))
-                .map_err(|e| invalid(e.to_string()))?;
-        }
-        let host = url
-            .host_str()
-            .ok_or_else(|| invalid(format!("{uri:?} has no host")))?
-            .to_owned();
-        let vhost = percent_decode(url.path().strip_prefix('/').unwrap_or(""));
-        if vhost.is_empty() {
-            url.set_path("/%2f");
+        let parts = split_hosts(uri)?;
+        let parsed = parts
+            .iter()
+            .map(|part| parse_one(part))
+            .collect::<Result<Vec<_>>>()?;
+        let first = &parsed[0];
+        if let Some(other) = parsed
+            .iter()
+            .find(|p| p.vhost != first.vhost || p.tls != first.tls)
+        {
+            return Err(invalid(format!(
+                "every host of a cluster needs the same vhost and scheme: {} and {}",
+                redact(&first.uri),
+                redact(&other.uri)
+            )));
         }
         Ok(Self {
-            uri: url.to_string(),
-            host,
-            port: url.port(),
-            vhost: if vhost.is_empty() {
-                "/".to_owned()
-            } else {
-                vhost
-            },
-            tls,
+            uris: parsed.iter().map(|p| p.uri.clone()).collect(),
+            host: first.host.clone(),
+            port: first.port,
+            vhost: first.vhost.clone(),
+            tls: first.tls,
             connection_name: None,
             connect_timeout: Duration::from_secs(30),
             publish_timeout: Duration::from_secs(30),
             reconnect_min: Duration::from_millis(100),
             reconnect_max: Duration::from_secs(5),
+            tls_roots: None,
         })
     }
 
-    /// The URI lapin connects to.
-    pub(crate) fn uri(&self) -> &str {
-        &self.uri
+    /// The URI of host `index` (modulo the number of hosts), as lapin connects to it.
+    pub(crate) fn uri(&self, index: usize) -> &str {
+        &self.uris[index % self.uris.len()]
+    }
+
+    /// How many hosts there are.
+    pub(crate) fn host_count(&self) -> usize {
+        self.uris.len()
+    }
+
+    /// `host:port` of every host, in order (no credentials).
+    pub fn hosts(&self) -> Vec<String> {
+        (0..self.uris.len()).map(|i| self.host_label(i)).collect()
+    }
+
+    /// `host:port` of host `index`.
+    pub(crate) fn host_label(&self, index: usize) -> String {
+        let uri = self.uri(index);
+        match Url::parse(uri) {
+            Ok(url) => {
+                let port = url.port().unwrap_or(if self.tls { 5671 } else { 5672 });
+                format!("{}:{port}", url.host_str().unwrap_or("?"))
+            }
+            Err(_) => "?".to_owned(),
+        }
     }
 
     /// The virtual host (`/` for the default).
@@ -87,7 +124,7 @@ impl HostSettings {
         &self.vhost
     }
 
-    /// The host name.
+    /// The host name (of the first host).
     pub fn host(&self) -> &str {
         &self.host
     }
@@ -103,6 +140,144 @@ impl HostSettings {
         let scheme = if self.tls { "rabbitmqs" } else { "rabbitmq" };
         HostAddress::new(scheme, &self.host, self.port, &self.vhost)
     }
+}
+
+impl std::fmt::Debug for HostSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostSettings")
+            .field(
+                "uris",
+                &self.uris.iter().map(|u| redact(u)).collect::<Vec<_>>(),
+            )
+            .field("vhost", &self.vhost)
+            .field("connection_name", &self.connection_name)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("publish_timeout", &self.publish_timeout)
+            .field("tls_roots", &self.tls_roots.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A URI (or a comma-separated list of them) with every password replaced by `***`, for
+/// messages and logs. Text that does not parse as a URI has anything between `://user:` and
+/// `@` replaced.
+///
+/// ```
+/// use ferrybus_rabbitmq::redact;
+/// assert_eq!(redact("amqp://app:s3cret@node1/%2f"), "amqp://app:***@node1/%2f");
+/// assert_eq!(
+///     redact("amqp://a:x@n1/%2f,amqp://b:y@n2/%2f"),
+///     "amqp://a:***@n1/%2f,amqp://b:***@n2/%2f"
+/// );
+/// assert_eq!(redact("postgres://u:p%40ss@db:5432/app?sslmode=require"), "postgres://u:***@db:5432/app?sslmode=require");
+/// assert_eq!(redact("amqp://guest@host"), "amqp://guest@host");
+/// ```
+pub fn redact(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("://") {
+        let (before, after) = rest.split_at(start + 3);
+        out.push_str(before);
+        // The userinfo ends at the last '@' before the next '/', ',', '?', '#' or whitespace.
+        let authority_end = after
+            .find(|c: char| matches!(c, '/' | ',' | '?' | '#') || c.is_whitespace())
+            .unwrap_or(after.len());
+        let authority = &after[..authority_end];
+        match authority.rfind('@') {
+            Some(at) => {
+                let userinfo = &authority[..at];
+                match userinfo.find(':') {
+                    Some(colon) => {
+                        out.push_str(&userinfo[..colon]);
+                        out.push_str(":***");
+                    }
+                    None => out.push_str(userinfo),
+                }
+                out.push_str(&authority[at..]);
+            }
+            None => out.push_str(authority),
+        }
+        rest = &after[authority_end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The URIs of `input`: a comma-separated list of URIs, or one URI with several hosts.
+fn split_hosts(input: &str) -> Result<Vec<String>> {
+    let invalid = |reason: String| RabbitMqError::new(ErrorKind::Config, reason);
+    let input = input.trim();
+    if input.is_empty() {
+        return Err(invalid("the broker URI is empty".to_owned()));
+    }
+    let parts: Vec<&str> = input.split(',').map(str::trim).collect();
+    if parts.len() == 1 {
+        return Ok(vec![input.to_owned()]);
+    }
+    if parts[1..].iter().all(|p| p.contains("://")) {
+        return Ok(parts.iter().map(|p| (*p).to_owned()).collect());
+    }
+    // One URI with several hosts: scheme://[userinfo@]h1[:p1],h2[:p2]…[/vhost][?query]
+    let (scheme, rest) = input
+        .split_once("://")
+        .ok_or_else(|| invalid(format!("{} has no scheme", redact(input))))?;
+    let path_at = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, path) = rest.split_at(path_at);
+    let (userinfo, hosts) = match authority.rfind('@') {
+        Some(at) => (&authority[..=at], &authority[at + 1..]),
+        None => ("", authority),
+    };
+    let uris: Vec<String> = hosts
+        .split(',')
+        .map(str::trim)
+        .map(|host| {
+            if host.is_empty() || host.contains("://") {
+                Err(invalid(format!(
+                    "{}: expected a list of URIs or one URI with several hosts",
+                    redact(input)
+                )))
+            } else {
+                Ok(format!("{scheme}://{userinfo}{host}{path}"))
+            }
+        })
+        .collect::<Result<_>>()?;
+    Ok(uris)
+}
+
+fn parse_one(uri: &str) -> Result<Parsed> {
+    let invalid = |reason: String| RabbitMqError::new(ErrorKind::Config, reason);
+    let shown = redact(uri);
+    let mut url = Url::parse(uri).map_err(|e| invalid(format!("{shown}: {e}")))?;
+    let tls = match url.scheme() {
+        "amqp" | "rabbitmq" => false,
+        "amqps" | "rabbitmqs" => true,
+        other => return Err(invalid(format!("{shown}: unsupported scheme {other:?}"))),
+    };
+    let scheme = if tls { "amqps" } else { "amqp" };
+    if url.scheme() != scheme {
+        // `Url::set_scheme` refuses special/non-special changes; rebuild instead.
+        url = Url::parse(&format!("{scheme}{}", &uri[uri.find("://").unwrap_or(0)..]))
+            .map_err(|e| invalid(format!("{shown}: {e}")))?;
+    }
+    let host = url
+        .host_str()
+        .ok_or_else(|| invalid(format!("{shown} has no host")))?
+        .to_owned();
+    let vhost = percent_decode(url.path().strip_prefix('/').unwrap_or(""));
+    if vhost.is_empty() {
+        url.set_path("/%2f");
+    }
+    Ok(Parsed {
+        uri: url.to_string(),
+        host,
+        port: url.port(),
+        vhost: if vhost.is_empty() {
+            "/".to_owned()
+        } else {
+            vhost
+        },
+        tls,
+    })
 }
 
 fn percent_decode(text: &str) -> String {
@@ -138,8 +313,39 @@ mod tests {
         assert_eq!(s.host_address().to_string(), "rabbitmq://127.0.0.1/");
         let s = HostSettings::parse("rabbitmq://localhost/my%2Fvhost").unwrap();
         assert_eq!(s.vhost(), "my/vhost");
-        assert!(s.uri().starts_with("amqp://"));
+        assert!(s.uri(0).starts_with("amqp://"));
         assert!(HostSettings::parse("http://x").is_err());
         assert!(HostSettings::parse("not a uri").is_err());
+    }
+
+    #[test]
+    fn parses_clusters() {
+        let s = HostSettings::parse("amqp://u:p@a:1/sales,amqp://v:q@b:2/%2f").unwrap_err();
+        assert!(s.to_string().contains("same vhost"), "{s}");
+        assert!(
+            !s.to_string().contains(":p@") && !s.to_string().contains(":q@"),
+            "{s}"
+        );
+        let s = HostSettings::parse("amqp://u:p@a:1/%2f, amqp://v:q@b:2/%2f").unwrap();
+        assert_eq!(s.hosts(), ["a:1", "b:2"]);
+        assert_eq!(s.uri(1), "amqp://v:q@b:2/%2f");
+        assert_eq!(s.uri(2), s.uri(0));
+        let s = HostSettings::parse("amqps://u:p@a,b:5670/v?heartbeat=10").unwrap();
+        assert_eq!(s.uri(1), "amqps://u:p@b:5670/v?heartbeat=10");
+        assert_eq!(s.hosts(), ["a:5671", "b:5670"]);
+        assert_eq!(s.host_address().to_string(), "rabbitmqs://a/v/");
+    }
+
+    #[test]
+    fn errors_never_show_passwords() {
+        for bad in [
+            "amqp://u:hunter2@a:1/%2f,amqp://v:hunter2@b:99999/%2f",
+            "amqp://u:hunter2@a:1,,b/%2f",
+            "amqp://u:hunter2@a:1/%2f,http://v:hunter2@b/%2f",
+            "amqp://u:hunter2@a:notaport/%2f",
+        ] {
+            let error = HostSettings::parse(bad).unwrap_err().to_string();
+            assert!(!error.contains("hunter2"), "{error}");
+        }
     }
 }

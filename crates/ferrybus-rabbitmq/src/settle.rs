@@ -51,12 +51,15 @@ enum Outcome {
 /// connection is gone, lapin's acker is poisoned, nothing is sent, and the broker redelivers the
 /// message on its own. The `user_id` property is not copied on moves (the broker would reject it
 /// unless it names this connection's user).
+///
+/// Returns the error of a move that failed (the delivery was requeued): the endpoint pauses on
+/// it rather than taking the message again at once.
 pub(crate) async fn settle(
     ctx: &SettleContext<'_>,
     delivery: &Delivery,
     body: &Bytes,
     settlement: Settlement,
-) {
+) -> Result<()> {
     let queue = ctx.queue.name.clone();
     let message_id = delivery
         .properties
@@ -107,20 +110,21 @@ pub(crate) async fn settle(
         // `Abandon`, and whatever a later version adds: give it back to the broker.
         _ => Ok(Outcome::Requeue),
     };
-    let event = match outcome {
-        Ok(Outcome::Ack(event)) => ack(delivery).await.then_some(event),
+    let (event, failed) = match outcome {
+        Ok(Outcome::Ack(event)) => (ack(delivery).await.then_some(event), None),
         Ok(Outcome::Requeue) => {
             requeue(delivery).await;
-            None
+            (None, None)
         }
         Err(error) => {
             tracing::error!(target: "ferrybus::rabbitmq", %queue, ?message_id, %error, "could not move the message; requeueing it");
             requeue(delivery).await;
-            None
+            (None, Some(error))
         }
     };
     ctx.events
         .emit(event.unwrap_or(Event::Returned { queue, message_id }));
+    failed.map_or(Ok(()), Err)
 }
 
 /// Moves the delivery to `<queue>_error`, then publishes its fault (once the move succeeded).

@@ -94,6 +94,7 @@ mod storage;
 mod sweeper;
 pub mod telemetry;
 pub mod testing;
+mod transient;
 
 pub use config::{NamingStyle, Tables, TimestampType};
 pub use error::{StoreError, StoreErrorKind};
@@ -101,3 +102,4 @@ pub use inbox::{InboxTransaction, TransactionExt};
 pub use migrate::Migrator;
 pub use outbox::{BusOutbox, OutboxPublisher};
 pub use storage::PostgresStorage;
+pub use transient::is_transient;

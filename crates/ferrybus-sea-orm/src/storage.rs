@@ -5,8 +5,9 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use ferrybus_core::resilience::Dependency;
 use ferrybus_core::{Background, BoxConsumeLayer, BoxError, SharedSink, Storage};
-use sea_orm::DatabaseConnection;
+use sea_orm::{ConnectionTrait, DatabaseConnection};
 use uuid::Uuid;
 
 use crate::cleanup::{CleanupConfig, InboxCleanup};
@@ -344,5 +345,20 @@ impl Storage for PostgresStorage {
             .map(|c| InboxCleanup::new(self.db.clone(), c.with_storage(self.config())).spawn())
             .unwrap_or_default();
         delivery.join(cleanup)
+    }
+
+    /// Connection failures, pool timeouts and PostgreSQL shutting down or starting up (see
+    /// [`is_transient`](crate::is_transient)): the endpoint pauses until the database answers.
+    fn classify(&self, error: &(dyn std::error::Error + 'static)) -> Option<Dependency> {
+        crate::transient::is_transient(error)
+    }
+
+    /// `SELECT 1` within 5 seconds.
+    async fn probe(&self) -> bool {
+        let ping = self.db.execute_unprepared("SELECT 1");
+        matches!(
+            tokio::time::timeout(std::time::Duration::from_secs(5), ping).await,
+            Ok(Ok(_))
+        )
     }
 }

@@ -8,8 +8,8 @@
 //! * **isolation**: [`unique`] names; a [`Probe`] that reads broker state and deletes what a test
 //!   declared; [`TestSchema`] creates a PostgreSQL schema in one of MassTransit's table
 //!   [`Shape`]s and drops it afterwards, and [`on_every_shape!`] runs a test on all of them;
-//! * **outages for one test only**: a [`TcpProxy`] in front of RabbitMQ that a test cuts and
-//!   restores, while the broker stays up for every other test.
+//! * **outages for one test only**: a [`TcpProxy`] in front of RabbitMQ or PostgreSQL that a
+//!   test cuts and restores, while the service stays up for every other test.
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -36,7 +36,7 @@ use std::time::Duration;
 use tokio::sync::broadcast;
 
 pub use probe::{has_header, header_int, header_str, mt_properties, Probe, Received};
-pub use proxy::{broker_socket, TcpProxy};
+pub use proxy::{broker_socket, database_socket, TcpProxy};
 pub use schema::{Shape, TestSchema, SHAPES};
 
 /// The default PostgreSQL URL (what `scripts/services.sh` sets up).

@@ -48,7 +48,7 @@ pub fn invoice_endpoint<C: Consumer<OrderPlaced>>(
     config: &Config,
     consumer: C,
 ) -> EndpointConfig {
-    endpoint
+    queue_type(endpoint, config)
         .concurrency(config.concurrency)
         .bind_message_types(config.bind_message_types)
         .retry(retry_policy())
@@ -56,10 +56,21 @@ pub fn invoice_endpoint<C: Consumer<OrderPlaced>>(
         .consumer(consumer)
 }
 
+/// Quorum queues with an explicit delivery limit when `BILLING_QUORUM=1`.
+fn queue_type(endpoint: EndpointConfig, config: &Config) -> EndpointConfig {
+    if config.quorum {
+        endpoint
+            .quorum()
+            .delivery_limit(crate::config::QUORUM_DELIVERY_LIMIT)
+    } else {
+        endpoint
+    }
+}
+
 /// The `billing-payments` endpoint: the payment state machine, behind the inbox.
 pub fn payments_endpoint(endpoint: EndpointConfig, config: &Config) -> EndpointConfig {
     let consumer = PaymentsConsumer::new(&config.billing_schema);
-    endpoint
+    queue_type(endpoint, config)
         .concurrency(config.concurrency)
         .bind_message_types(config.bind_message_types)
         .retry(retry_policy())
@@ -90,8 +101,16 @@ impl Billing {
         )
         .await?;
         let invoices = InvoiceConsumer::new(gateway, &config.billing_schema);
-        let bus = RabbitMqBus::builder(&config.amqp_url)
+        let mut builder = RabbitMqBus::builder(&config.amqp_url);
+        if let Some(path) = &config.amqp_tls_ca_file {
+            let pem = std::fs::read_to_string(path)
+                .map_err(|e| format!("AMQP_TLS_CA_FILE {}: {e}", path.display()))?;
+            builder = builder.tls_root_certificates(pem);
+        }
+        let bus = builder
             .connection_name(config.connection_name.clone())
+            .shutdown_timeout(config.shutdown_timeout)
+            .connect_timeout(config.connect_timeout)
             .storage(storage(config, db.clone()))
             .receive_endpoint(&config.invoice_queue, |e| {
                 invoice_endpoint(e, config, invoices)

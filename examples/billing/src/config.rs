@@ -18,7 +18,14 @@ pub struct ConfigError {
 /// | variable | default | meaning |
 /// |---|---|---|
 /// | `DATABASE_URL` | `postgres://postgres@127.0.0.1:5432/test` | PostgreSQL |
-/// | `AMQP_URL` | `amqp://guest:guest@127.0.0.1:5672/%2f` | RabbitMQ |
+/// | `AMQP_URL` | `amqp://guest:guest@127.0.0.1:5672/%2f` | RabbitMQ: one URI, or a comma-separated list of a cluster's nodes (`amqp://u:p@n1/%2f,amqp://u:p@n2/%2f`, or `amqp://u:p@n1,n2,n3/%2f`) |
+/// | `AMQP_TLS_CA_FILE` | — | a PEM file of CA certificates trusted for `amqps://` (a private CA), besides the system's |
+/// | `BILLING_QUORUM` | `0` | `1`: the endpoint queues are quorum queues, with an explicit delivery limit of 20 |
+/// | `BILLING_INVOICE_QUEUE` | `billing-invoice` | the invoice endpoint's queue |
+/// | `BILLING_PAYMENTS_QUEUE` | `billing-payments` | the payments endpoint's queue |
+/// | `BILLING_BIND` | `1` | `0`: the endpoints do not bind their message types' exchanges (only messages sent to their queues arrive) |
+/// | `BILLING_SHUTDOWN_TIMEOUT_MS` | `30000` | how long a stop (SIGTERM, Ctrl-C) lets in-flight messages finish |
+/// | `BILLING_CONNECT_TIMEOUT_MS` | `30000` | how long start-up keeps trying to reach RabbitMQ |
 /// | `BILLING_CONCURRENCY` | `4` | messages consumed at once per endpoint |
 /// | `PAYMENT_DELAY_MS` | `200` | how long the fake payment gateway takes |
 /// | `BILLING_SCHEMA` | `billing` | schema of the business tables |
@@ -56,7 +63,20 @@ pub struct Config {
     pub bind_message_types: bool,
     /// The connection name the broker shows.
     pub connection_name: String,
+    /// Whether the endpoint queues are quorum queues (with [`QUORUM_DELIVERY_LIMIT`]).
+    pub quorum: bool,
+    /// How long a stop lets in-flight messages finish.
+    pub shutdown_timeout: Duration,
+    /// How long start-up keeps trying to reach RabbitMQ.
+    pub connect_timeout: Duration,
+    /// A PEM file of CA certificates trusted for `amqps://`.
+    pub amqp_tls_ca_file: Option<std::path::PathBuf>,
 }
+
+/// The delivery limit of billing's quorum queues, set explicitly (RabbitMQ 4.x's default; 3.x
+/// has none): a message delivered this often without being settled goes to `_error` with its
+/// fault instead of being dropped by the broker.
+pub const QUORUM_DELIVERY_LIMIT: u32 = 20;
 
 /// The default PostgreSQL URL.
 pub const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
@@ -76,6 +96,10 @@ impl Default for Config {
             payments_queue: "billing-payments".to_owned(),
             bind_message_types: true,
             connection_name: "billing".to_owned(),
+            quorum: false,
+            shutdown_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(30),
+            amqp_tls_ca_file: None,
         }
     }
 }
@@ -114,8 +138,100 @@ impl Config {
         if let Some(schema) = lookup("BILLING_SCHEMA") {
             config.billing_schema = schema;
         }
+        if let Some(value) = lookup("BILLING_QUORUM") {
+            config.quorum = flag("BILLING_QUORUM", &value)?;
+        }
+        if let Some(value) = lookup("BILLING_BIND") {
+            config.bind_message_types = flag("BILLING_BIND", &value)?;
+        }
+        if let Some(queue) = lookup("BILLING_INVOICE_QUEUE") {
+            config.invoice_queue = queue;
+        }
+        if let Some(queue) = lookup("BILLING_PAYMENTS_QUEUE") {
+            config.payments_queue = queue;
+        }
+        if let Some(value) = lookup("BILLING_SHUTDOWN_TIMEOUT_MS") {
+            let ms = value.parse::<u64>().map_err(|_| {
+                invalid(
+                    "BILLING_SHUTDOWN_TIMEOUT_MS",
+                    &value,
+                    "expected milliseconds",
+                )
+            })?;
+            config.shutdown_timeout = Duration::from_millis(ms);
+        }
+        if let Some(path) = lookup("AMQP_TLS_CA_FILE") {
+            config.amqp_tls_ca_file = Some(path.into());
+        }
+        if let Some(value) = lookup("BILLING_CONNECT_TIMEOUT_MS") {
+            let ms = value.parse::<u64>().map_err(|_| {
+                invalid(
+                    "BILLING_CONNECT_TIMEOUT_MS",
+                    &value,
+                    "expected milliseconds",
+                )
+            })?;
+            config.connect_timeout = Duration::from_millis(ms);
+        }
         config.tables = tables_from_lookup(&lookup)?;
         Ok(config)
+    }
+
+    /// `text` (an error message, a log line) with every password of this configuration's URLs
+    /// replaced by `***`: URLs written out in full (`scheme://user:password@…`) and passwords
+    /// quoted alone, as some drivers do.
+    ///
+    /// ```
+    /// let config = example_billing::Config::from_lookup(|name| {
+    ///     (name == "AMQP_URL").then(|| "amqp://app:s3cret@node1/%2f,amqp://app:s3cret@node2/%2f".to_owned())
+    /// })
+    /// .unwrap();
+    /// let shown = config.redact("cannot connect to amqp://app:s3cret@node2/%2f: refused (s3cret)");
+    /// assert!(!shown.contains("s3cret"), "{shown}");
+    /// ```
+    pub fn redact(&self, text: &str) -> String {
+        let mut shown = ferrybus::rabbitmq::redact(text);
+        for url in [&self.amqp_url, &self.database_url] {
+            for password in passwords(url) {
+                shown = shown.replace(&password, "***");
+            }
+        }
+        shown
+    }
+}
+
+/// The passwords in `urls` (one URL or a comma-separated list), raw and percent-decoded.
+fn passwords(urls: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for part in urls.split(',') {
+        let Some((_, rest)) = part.split_once("://") else {
+            continue;
+        };
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+        let Some((userinfo, _)) = authority.rsplit_once('@') else {
+            continue;
+        };
+        let Some((_, password)) = userinfo.split_once(':') else {
+            continue;
+        };
+        if password.len() >= 3 {
+            found.push(password.to_owned());
+            let decoded = percent_encoding::percent_decode_str(password)
+                .decode_utf8_lossy()
+                .into_owned();
+            if decoded != password {
+                found.push(decoded);
+            }
+        }
+    }
+    found
+}
+
+fn flag(name: &'static str, value: &str) -> Result<bool, ConfigError> {
+    match value {
+        "1" | "true" | "yes" => Ok(true),
+        "0" | "false" | "no" | "" => Ok(false),
+        other => Err(invalid(name, other, "expected 1 or 0")),
     }
 }
 
@@ -158,7 +274,7 @@ pub fn tables_from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Tab
 fn invalid(name: &'static str, value: &str, reason: &'static str) -> ConfigError {
     ConfigError {
         name,
-        value: value.to_owned(),
+        value: ferrybus::rabbitmq::redact(value),
         reason,
     }
 }
@@ -185,6 +301,40 @@ mod tests {
         assert_eq!(tables.inbox_state(), "InboxStates");
         assert_eq!(tables.outbox_state(), "OutboxState");
         assert_eq!(tables.naming_style(), NamingStyle::PascalCase);
+        assert!(!config.quorum);
+    }
+
+    #[test]
+    fn reads_the_cluster_settings() {
+        let config = Config::from_lookup(|name| match name {
+            "BILLING_QUORUM" => Some("1".into()),
+            "BILLING_INVOICE_QUEUE" => Some("inv".into()),
+            "BILLING_BIND" => Some("0".into()),
+            "BILLING_SHUTDOWN_TIMEOUT_MS" => Some("1500".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert!(config.quorum && !config.bind_message_types);
+        assert_eq!(config.invoice_queue, "inv");
+        assert_eq!(config.shutdown_timeout, Duration::from_millis(1500));
+        assert!(
+            Config::from_lookup(|name| (name == "BILLING_QUORUM").then(|| "maybe".into())).is_err()
+        );
+    }
+
+    #[test]
+    fn redacts_every_password() {
+        let config = Config::from_lookup(|name| match name {
+            "AMQP_URL" => Some("amqp://a:first1@n1/%2f,amqp://b:p%40ss2@n2/%2f".into()),
+            "DATABASE_URL" => Some("postgres://billing:dbsecret@db/app".into()),
+            _ => None,
+        })
+        .unwrap();
+        let text = "first1 p%40ss2 p@ss2 dbsecret postgres://x:other@db amqp://b:p%40ss2@n2/%2f";
+        let shown = config.redact(text);
+        for secret in ["first1", "p%40ss2", "p@ss2", "dbsecret", "other"] {
+            assert!(!shown.contains(secret), "{shown}");
+        }
     }
 
     #[test]

@@ -24,6 +24,8 @@ async fn main() -> ExitCode {
     let billing = match Billing::start(&config).await {
         Ok(billing) => billing,
         Err(error) => {
+            // Whatever the drivers put in their errors, no password is printed.
+            let error = config.redact(&error.to_string());
             tracing::error!(%error, "billing could not start");
             return ExitCode::FAILURE;
         }

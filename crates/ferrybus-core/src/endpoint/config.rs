@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 use tower::util::{BoxCloneSyncService, BoxCloneSyncServiceLayer};
 use tower::{Layer, Service};
 
+use crate::bus::Storage;
 use crate::consume::{
     BoxConsumeLayer, BoxConsumeService, ConsumeOutcome, ConsumeRequest, ConsumerInfo,
     ConsumerService, RetryLayer, RetryPolicy,
@@ -21,6 +22,7 @@ use crate::error::ConsumeError;
 use crate::message::{Message, MessageType};
 use crate::outgoing::MessageFactory;
 use crate::publish::SharedSink;
+use crate::resilience::{Classifier, Dependency, EndpointControl, Transience, TransientGuardLayer};
 
 /// The default [`EndpointConfig::max_body_size`]: 32 MiB.
 pub const DEFAULT_MAX_BODY_SIZE: usize = 32 * 1024 * 1024;
@@ -40,8 +42,11 @@ pub type BoxEndpointLayer =
 /// ```text
 /// endpoint layers, in the order added   (see the whole delivery and its Settlement)
 ///  └▶ read the body, route by message type   (bad body ▶ Fault, no consumer ▶ Skip)
-///      └▶ per consumer: retry ▶ inbox (with .inbox()) ▶ consumer layers, in the order added ▶ consumer
+///      └▶ per consumer: retry ▶ transient guard ▶ inbox (with .inbox()) ▶ consumer layers, in the order added ▶ consumer
 /// ```
+///
+/// The transient guard pauses the endpoint on an infrastructure failure (see
+/// [`resilience`](crate::resilience)) instead of spending a retry.
 ///
 /// so each retry attempt runs the inbox and the consumer layers again (a new transaction).
 ///
@@ -80,6 +85,8 @@ pub struct EndpointConfig {
     raw_json: bool,
     publish_faults: bool,
     max_body_size: usize,
+    pause_on_transient: bool,
+    classifiers: Vec<Classifier>,
 }
 
 /// What a transport supplies when it builds an endpoint: where it listens, where its consumers'
@@ -95,6 +102,9 @@ pub struct EndpointContext {
     pub cancellation: CancellationToken,
     /// The inbox + consumer outbox layer of the bus's storage, for [`EndpointConfig::inbox`].
     pub inbox: Option<BoxConsumeLayer>,
+    /// The bus's storage, whose [`classify`](Storage::classify) and [`probe`](Storage::probe)
+    /// tell transient failures of it and when it answers again.
+    pub storage: Option<Arc<dyn Storage>>,
 }
 
 impl EndpointConfig {
@@ -115,6 +125,8 @@ impl EndpointConfig {
             raw_json: false,
             publish_faults: true,
             max_body_size: DEFAULT_MAX_BODY_SIZE,
+            pause_on_transient: true,
+            classifiers: Vec::new(),
         }
     }
 
@@ -217,6 +229,13 @@ impl EndpointConfig {
         self
     }
 
+    /// The delivery limit of a quorum queue (`x-delivery-limit`, see
+    /// [`QueueOptions::delivery_limit`]).
+    pub fn delivery_limit(mut self, deliveries: u32) -> Self {
+        self.queue = self.queue.delivery_limit(deliveries);
+        self
+    }
+
     /// Replaces all queue options at once.
     pub fn queue_options(mut self, options: QueueOptions) -> Self {
         self.queue = options;
@@ -247,6 +266,39 @@ impl EndpointConfig {
     /// Whether `Fault<T>` is published when a consumer fails for good (on by default).
     pub fn publish_faults(mut self, enabled: bool) -> Self {
         self.publish_faults = enabled;
+        self
+    }
+
+    /// Whether a transient infrastructure failure (see [`Transience`]) pauses the endpoint and
+    /// gives the delivery back to the queue, without spending a retry, until the dependency
+    /// answers (on by default). Off, such failures are retried and faulted like any other.
+    pub fn pause_on_transient(mut self, enabled: bool) -> Self {
+        self.pause_on_transient = enabled;
+        self
+    }
+
+    /// Adds a rule telling transient failures (of `Dependency::Other`, e.g. an HTTP API the
+    /// consumer calls) from the consumer's own errors: `classify` sees each error of a failure's
+    /// chain. Asked after the storage's rules, before the built-in ones.
+    ///
+    /// ```
+    /// use ferrybus_core::resilience::Dependency;
+    /// use ferrybus_core::EndpointConfig;
+    /// #[derive(Debug, thiserror::Error)]
+    /// #[error("the payment provider answered 503")]
+    /// struct Unavailable;
+    /// let endpoint = EndpointConfig::new("billing-invoice")
+    ///     .transient_if(|e| e.downcast_ref::<Unavailable>().map(|_| Dependency::Other));
+    /// # let _ = endpoint;
+    /// ```
+    pub fn transient_if(
+        mut self,
+        classify: impl Fn(&(dyn std::error::Error + 'static)) -> Option<Dependency>
+            + Send
+            + Sync
+            + 'static,
+    ) -> Self {
+        self.classifiers.push(Arc::new(classify));
         self
     }
 
@@ -308,13 +360,17 @@ impl EndpointConfig {
     /// [`Endpoint`] once per delivery; it never panics (a panicking layer becomes a
     /// [`Settlement::Fault`]).
     pub fn build(&self, context: EndpointContext) -> Endpoint {
+        let control = EndpointControl::new(self.name.clone());
+        let guard = self
+            .pause_on_transient
+            .then(|| self.transient_guard(&control, context.storage.as_ref()));
         let inbox = context.inbox.filter(|_| self.inbox);
         let consumers = self
             .consumers
             .iter()
             .map(|(info, service)| Registration {
                 info: Arc::new(info.clone()),
-                service: self.compose(service.clone(), inbox.as_ref()),
+                service: self.compose(service.clone(), inbox.as_ref(), guard.as_ref()),
             })
             .collect();
         let endpoint = EndpointService::new(
@@ -326,7 +382,7 @@ impl EndpointConfig {
             context.cancellation,
         );
         if self.layers.is_empty() {
-            return Endpoint::bare(endpoint);
+            return Endpoint::bare(endpoint, control);
         }
         let layered = self
             .layers
@@ -335,7 +391,33 @@ impl EndpointConfig {
             .fold(BoxCloneSyncService::new(endpoint), |inner, layer| {
                 layer.layer(inner)
             });
-        Endpoint::layered(layered, context.input_address)
+        Endpoint::layered(layered, context.input_address, control)
+    }
+
+    /// The guard between retry and the inbox: the storage's rules first, then the endpoint's,
+    /// then the built-in ones; the storage's probe tells when it answers again.
+    fn transient_guard(
+        &self,
+        control: &EndpointControl,
+        storage: Option<&Arc<dyn Storage>>,
+    ) -> TransientGuardLayer {
+        let mut transience = Transience::default();
+        if let Some(storage) = storage {
+            let classify = storage.clone();
+            transience = transience.with(Arc::new(move |e| classify.classify(e)));
+            let probe = storage.clone();
+            control.set_probe(Dependency::Storage, move || {
+                let probe = probe.clone();
+                async move { probe.probe().await }
+            });
+        }
+        for classifier in &self.classifiers {
+            transience = transience.with(classifier.clone());
+        }
+        TransientGuardLayer {
+            control: control.clone(),
+            transience,
+        }
     }
 
     pub(crate) fn redelivery_policy(&self) -> Option<&RetryPolicy> {
@@ -346,7 +428,8 @@ impl EndpointConfig {
         self.raw_json
     }
 
-    pub(crate) fn publishes_faults(&self) -> bool {
+    /// Whether `Fault<T>` is published when a consumer fails for good.
+    pub fn publishes_faults(&self) -> bool {
         self.publish_faults
     }
 
@@ -354,11 +437,12 @@ impl EndpointConfig {
         self.max_body_size
     }
 
-    /// retry ─▶ inbox ─▶ consumer layers (first added outermost) ─▶ consumer.
+    /// retry ─▶ transient guard ─▶ inbox ─▶ consumer layers (first added outermost) ─▶ consumer.
     fn compose(
         &self,
         consumer: BoxConsumeService,
         inbox: Option<&BoxConsumeLayer>,
+        guard: Option<&TransientGuardLayer>,
     ) -> BoxConsumeService {
         let layered = self
             .consumer_layers
@@ -367,6 +451,10 @@ impl EndpointConfig {
             .fold(consumer, |inner, layer| layer.layer(inner));
         let layered = match inbox {
             Some(inbox) => inbox.layer(layered),
+            None => layered,
+        };
+        let layered = match guard {
+            Some(guard) => BoxCloneSyncService::new(guard.layer(layered)),
             None => layered,
         };
         match &self.retry {

@@ -16,6 +16,7 @@ use crate::endpoint::service::EndpointService;
 use crate::endpoint::{BoxEndpointService, Delivery, Faulted, Settlement};
 use crate::error::ConsumeError;
 use crate::fault::{fault_headers, ExceptionInfo};
+use crate::resilience::EndpointControl;
 
 /// A built receive endpoint: `Service<Delivery, Response = Settlement, Error = Infallible>`, what
 /// [`EndpointConfig::build`](crate::EndpointConfig::build) returns and a transport calls once per
@@ -23,7 +24,10 @@ use crate::fault::{fault_headers, ExceptionInfo};
 /// consumer, where panics are caught already) becomes [`Settlement::Fault`], without a fault
 /// message since no consumer was reached.
 #[derive(Clone)]
-pub struct Endpoint(Stack);
+pub struct Endpoint {
+    stack: Stack,
+    control: EndpointControl,
+}
 
 #[derive(Clone)]
 enum Stack {
@@ -37,23 +41,41 @@ enum Stack {
 }
 
 impl Endpoint {
-    pub(crate) fn bare(service: EndpointService) -> Self {
-        Self(Stack::Bare(service))
+    pub(crate) fn bare(service: EndpointService, control: EndpointControl) -> Self {
+        Self {
+            stack: Stack::Bare(service),
+            control,
+        }
     }
 
-    pub(crate) fn layered(service: BoxEndpointService, input_address: String) -> Self {
-        Self(Stack::Layered {
-            service,
-            input_address: input_address.into(),
-        })
+    pub(crate) fn layered(
+        service: BoxEndpointService,
+        input_address: String,
+        control: EndpointControl,
+    ) -> Self {
+        Self {
+            stack: Stack::Layered {
+                service,
+                input_address: input_address.into(),
+            },
+            control,
+        }
+    }
+
+    /// The endpoint's pause switch: the transport takes no deliveries while it is paused and
+    /// runs [`EndpointControl::until_resumed`]; health checks read its state. Endpoint layers
+    /// find it in every delivery's extensions.
+    pub fn control(&self) -> &EndpointControl {
+        &self.control
     }
 }
 
 impl std::fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let layered = matches!(self.0, Stack::Layered { .. });
+        let layered = matches!(self.stack, Stack::Layered { .. });
         f.debug_struct("Endpoint")
             .field("layered", &layered)
+            .field("state", &self.control.state())
             .finish_non_exhaustive()
     }
 }
@@ -67,13 +89,14 @@ impl Service<Delivery> for Endpoint {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, delivery: Delivery) -> Self::Future {
-        match &mut self.0 {
+    fn call(&mut self, mut delivery: Delivery) -> Self::Future {
+        match &mut self.stack {
             Stack::Bare(service) => service.call_guarded(delivery),
             Stack::Layered {
                 service,
                 input_address,
             } => {
+                delivery.extensions.insert(self.control.clone());
                 let service = service.clone();
                 let input_address = input_address.clone();
                 Box::pin(async move {

@@ -267,6 +267,14 @@ impl EndpointRunner {
         let limit = Arc::new(Semaphore::new(concurrency));
         let mut in_flight = JoinSet::new();
         loop {
+            // Paused (a transient failure, a kill switch …): take nothing until it resumes.
+            let control = this.service.control().clone();
+            if control.is_paused() {
+                tokio::select! {
+                    _ = control.until_resumed() => {}
+                    () = stop.cancelled() => break,
+                }
+            }
             let Ok(permit) = limit.clone().acquire_owned().await else {
                 break;
             };

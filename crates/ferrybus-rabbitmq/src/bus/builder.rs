@@ -43,8 +43,9 @@ pub struct RabbitMqBusBuilder {
 }
 
 impl RabbitMqBusBuilder {
-    /// A builder for the broker at `uri` (`amqp://user:pass@host:port/vhost`, `amqps://...`).
-    /// A bad URI is reported by [`start`](Self::start).
+    /// A builder for the broker at `uri` (`amqp://user:pass@host:port/vhost`, `amqps://...`; a
+    /// comma-separated list of them, or one URI with several hosts, for a cluster). A bad URI is
+    /// reported by [`start`](Self::start), without its password.
     pub fn new(uri: &str) -> Self {
         Self {
             settings: HostSettings::parse(uri),
@@ -105,6 +106,13 @@ impl RabbitMqBusBuilder {
             s.reconnect_min = min;
             s.reconnect_max = max.max(min);
         })
+    }
+
+    /// Trusts the certificates in `pem` (one or more PEM certificates, e.g. a private CA) for
+    /// `amqps://` connections, besides the system's. The TLS stack is rustls.
+    pub fn tls_root_certificates(self, pem: impl Into<String>) -> Self {
+        let pem = pem.into();
+        self.settings(|s| s.tls_roots = Some(pem))
     }
 
     /// How delayed redeliveries are sent ([`DelayMode::Auto`] by default).

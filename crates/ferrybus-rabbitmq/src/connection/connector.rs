@@ -1,6 +1,6 @@
 //! [`Connector`]: opens the connection, watches it, and re-opens it after a loss.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,6 +23,8 @@ pub(crate) struct Connector {
     events: Events,
     shutdown: CancellationToken,
     generation: AtomicU64,
+    /// The host the next connection attempt goes to (index into the settings' hosts).
+    next_host: AtomicUsize,
     /// Why the last connection attempt failed, while no connection is open (for error messages).
     last_failure: std::sync::Mutex<Option<String>>,
 }
@@ -35,6 +37,7 @@ impl Connector {
             events,
             shutdown: CancellationToken::new(),
             generation: AtomicU64::new(0),
+            next_host: AtomicUsize::new(0),
             last_failure: std::sync::Mutex::new(None),
         })
     }
@@ -137,27 +140,32 @@ impl Connector {
         RabbitMqError::new(ErrorKind::Stopped, "the bus is stopping")
     }
 
+    /// Connects, trying the hosts in turn from the next one; backs off after each round in
+    /// which every host failed (a single host: after every failure).
     async fn connect_until(
         &self,
         deadline: Option<tokio::time::Instant>,
         mut outage: Outage,
     ) -> Result<Arc<Live>> {
         let mut backoff = self.backoff();
+        let hosts = self.settings.host_count();
         let mut attempt = 0;
         loop {
             attempt += 1;
+            let index = self.next_host.load(Ordering::SeqCst) % hosts;
             let opened = tokio::select! {
-                opened = open(&self.settings) => opened,
+                opened = open(&self.settings, index) => opened,
                 () = self.shutdown.cancelled() => return Err(Self::stopping()),
             };
             let error = match opened {
                 Ok(connection) => {
-                    let live = self.install(connection).await?;
+                    let live = self.install(connection, index).await?;
                     outage.log_recovered(live.generation, attempt);
                     return Ok(live);
                 }
                 Err(error) => error,
             };
+            self.next_host.store(index + 1, Ordering::SeqCst);
             let detail = match error.kind() {
                 ErrorKind::NotConnected => error.detail(),
                 _ => error.to_string(),
@@ -168,6 +176,9 @@ impl Connector {
                 attempt,
                 reason: error.to_string(),
             });
+            if !(attempt as usize).is_multiple_of(hosts) {
+                continue; // the next host at once
+            }
             let delay = backoff.next_delay();
             if deadline.is_some_and(|d| tokio::time::Instant::now() + delay > d) {
                 return Err(error);
@@ -179,10 +190,18 @@ impl Connector {
         }
     }
 
-    async fn install(&self, connection: Connection) -> Result<Arc<Live>> {
+    /// `host:port` of the host the bus is connected to, if it is.
+    pub(crate) fn connected_host(&self) -> Option<String> {
+        let live = self.live.borrow();
+        let live = live.as_ref().filter(|l| l.is_open())?;
+        Some(self.settings.host_label(live.host_index))
+    }
+
+    async fn install(&self, connection: Connection, host_index: usize) -> Result<Arc<Live>> {
         let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
         let live = Arc::new(Live {
             generation,
+            host_index,
             connection,
             publish: ChannelSlot::new(true),
             declare: ChannelSlot::new(false),
@@ -211,12 +230,22 @@ impl Connector {
             if self.shutdown.is_cancelled() {
                 return;
             }
-            tracing::warn!(target: "ferrybus::rabbitmq", generation = live.generation, %reason, "connection lost; reconnecting");
+            let host = self.settings.host_label(live.host_index);
+            tracing::warn!(target: "ferrybus::rabbitmq", generation = live.generation, %host, %reason, "connection lost; reconnecting");
             self.live.send_replace(None);
             self.events.emit(Event::Disconnected {
                 generation: live.generation,
                 reason,
             });
+            // Fail over: the next attempt goes to the next host (the same one if there is only
+            // one), after a random pause so that many clients losing one node at once do not
+            // all reconnect in the same instant.
+            self.next_host.store(live.host_index + 1, Ordering::SeqCst);
+            let spread = self.settings.reconnect_min.mul_f64(fastrand::f64() * 5.0);
+            tokio::select! {
+                () = tokio::time::sleep(spread) => {}
+                () = self.shutdown.cancelled() => return,
+            }
             live = match self.connect_until(None, Outage::lost()).await {
                 Ok(next) => next,
                 Err(_) => return,

@@ -1,0 +1,233 @@
+//! Telling transient infrastructure failures from the consumer's own errors, in one place, and
+//! the guard that pauses an endpoint on them instead of spending its retries.
+
+use std::error::Error as StdError;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::future::BoxFuture;
+use tower::{Layer, Service};
+
+use crate::consume::{ConsumeOutcome, ConsumeRequest};
+use crate::error::{ConsumeError, ConsumeErrorKind, PublishError, PublishErrorKind};
+use crate::resilience::{EndpointControl, PauseCause, Resume};
+
+/// What a transient failure is a failure of: what the endpoint waits for before it resumes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Dependency {
+    /// The bus's storage (PostgreSQL): connection refused or reset, pool timeout, server
+    /// shutting down or starting up (SQLSTATE `57P01`, `57P03`, class `08`).
+    Storage,
+    /// The message broker: not connected, no publisher confirm in time.
+    Broker,
+    /// Something else the consumer talks to (a connection refused, reset or timed out).
+    Other,
+}
+
+/// Decides whether an error (anywhere in a [`ConsumeError`]'s chain) is a transient
+/// infrastructure failure, and of what.
+pub type Classifier = Arc<dyn Fn(&(dyn StdError + 'static)) -> Option<Dependency> + Send + Sync>;
+
+/// The classifiers of one endpoint, asked in order for every error in the chain, outermost
+/// first: the storage's (see [`Storage::classify`](crate::Storage::classify)), the endpoint's
+/// own ([`EndpointConfig::transient_if`](crate::EndpointConfig::transient_if)), then the
+/// built-in rules of [`builtin`].
+///
+/// ```
+/// use ferrybus_core::resilience::{Dependency, Transience};
+/// use ferrybus_core::{ConsumeError, PublishError, PublishErrorKind};
+///
+/// let transience = Transience::default();
+/// let refused = ConsumeError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+/// assert_eq!(transience.classify(&refused), Some(Dependency::Other));
+/// let broker = ConsumeError::from(PublishError::new(PublishErrorKind::NotConnected, "no connection within 30s"));
+/// assert_eq!(transience.classify(&broker), Some(Dependency::Broker));
+/// assert_eq!(transience.classify(&ConsumeError::handler("payment declined")), None);
+/// ```
+#[derive(Clone, Default)]
+pub struct Transience {
+    classifiers: Vec<Classifier>,
+}
+
+impl Transience {
+    /// Adds a classifier, asked before those added later and before the built-in rules.
+    pub fn with(mut self, classifier: Classifier) -> Self {
+        self.classifiers.push(classifier);
+        self
+    }
+
+    /// The dependency `error` is a transient failure of, or `None` for the consumer's own
+    /// errors (and for errors marked [permanent](ConsumeError::permanent)).
+    pub fn classify(&self, error: &ConsumeError) -> Option<Dependency> {
+        if error.is_permanent() {
+            return None;
+        }
+        error.chain().find_map(|e| self.classify_one(e))
+    }
+
+    fn classify_one(&self, error: &(dyn StdError + 'static)) -> Option<Dependency> {
+        self.classifiers
+            .iter()
+            .find_map(|c| c(error))
+            .or_else(|| builtin(error))
+    }
+}
+
+impl std::fmt::Debug for Transience {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transience")
+            .field("classifiers", &self.classifiers.len())
+            .finish()
+    }
+}
+
+/// The built-in rules, for one error of a chain: a [`PublishError`] of kind `NotConnected` or
+/// `Timeout` is the broker's; an [`std::io::Error`] of kind `ConnectionRefused`,
+/// `ConnectionReset`, `ConnectionAborted`, `NotConnected`, `BrokenPipe`, `TimedOut`,
+/// `UnexpectedEof`, `HostUnreachable`, `NetworkUnreachable` or `AddrNotAvailable` is transient
+/// (of [`Dependency::Other`] unless a classifier asked before claims it).
+pub fn builtin(error: &(dyn StdError + 'static)) -> Option<Dependency> {
+    if let Some(publish) = error.downcast_ref::<PublishError>() {
+        return matches!(
+            publish.kind(),
+            PublishErrorKind::NotConnected | PublishErrorKind::Timeout
+        )
+        .then_some(Dependency::Broker);
+    }
+    let io = error.downcast_ref::<std::io::Error>()?;
+    use std::io::ErrorKind as K;
+    matches!(
+        io.kind(),
+        K::ConnectionRefused
+            | K::ConnectionReset
+            | K::ConnectionAborted
+            | K::NotConnected
+            | K::BrokenPipe
+            | K::TimedOut
+            | K::UnexpectedEof
+            | K::HostUnreachable
+            | K::NetworkUnreachable
+            | K::AddrNotAvailable
+    )
+    .then_some(Dependency::Other)
+}
+
+/// The error a delivery ends with when its endpoint paused: kind
+/// [`ConsumeErrorKind::Cancelled`], so it is not retried and the endpoint gives the delivery
+/// back to the broker ([`Settlement::Abandon`](crate::Settlement::Abandon)).
+#[derive(Debug, thiserror::Error)]
+#[error("the endpoint is paused ({cause}): {reason}")]
+pub struct EndpointPaused {
+    cause: &'static str,
+    reason: String,
+}
+
+/// A consumer-level layer, placed between retry and the inbox: a transient failure (see
+/// [`Transience`]) pauses the endpoint and the delivery is given back unacknowledged, without
+/// spending a retry; a delivery that reaches it while the endpoint is paused is given back
+/// without running.
+#[derive(Clone)]
+pub(crate) struct TransientGuardLayer {
+    pub(crate) control: EndpointControl,
+    pub(crate) transience: Transience,
+}
+
+impl<S> Layer<S> for TransientGuardLayer {
+    type Service = TransientGuard<S>;
+
+    fn layer(&self, inner: S) -> TransientGuard<S> {
+        TransientGuard {
+            inner,
+            layer: self.clone(),
+        }
+    }
+}
+
+/// See [`TransientGuardLayer`].
+#[derive(Clone)]
+pub(crate) struct TransientGuard<S> {
+    inner: S,
+    layer: TransientGuardLayer,
+}
+
+impl<S> Service<ConsumeRequest> for TransientGuard<S>
+where
+    S: Service<ConsumeRequest, Response = ConsumeOutcome, Error = ConsumeError>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = ConsumeOutcome;
+    type Error = ConsumeError;
+    type Future = BoxFuture<'static, Result<ConsumeOutcome, ConsumeError>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ConsumeError>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: ConsumeRequest) -> Self::Future {
+        let control = self.layer.control.clone();
+        if let crate::resilience::EndpointState::Paused(paused) = control.state() {
+            return Box::pin(
+                async move { Err(paused_error(paused.cause.as_str(), paused.reason)) },
+            );
+        }
+        let transience = self.layer.transience.clone();
+        let future = self.inner.call(request);
+        Box::pin(async move {
+            let error = match future.await {
+                Ok(outcome) => return Ok(outcome),
+                Err(error) => error,
+            };
+            let Some(dependency) = transience.classify(&error) else {
+                return Err(error);
+            };
+            let cause = PauseCause::Transient(dependency);
+            control.pause(cause, error.to_string(), Resume::WhenAvailable(dependency));
+            tracing::info!(target: "ferrybus::resilience", endpoint = control.name(), error = %error, "transient failure; the delivery goes back to the queue and the endpoint pauses until the dependency answers (no retry spent)");
+            Err(paused_error(cause.as_str(), error.to_string()))
+        })
+    }
+}
+
+fn paused_error(cause: &'static str, reason: String) -> ConsumeError {
+    ConsumeError::new(
+        ConsumeErrorKind::Cancelled,
+        EndpointPaused { cause, reason },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("wrapped")]
+    struct Wrapped(#[source] std::io::Error);
+
+    #[test]
+    fn finds_transient_errors_anywhere_in_the_chain() {
+        let t = Transience::default();
+        let reset = ConsumeError::from(Wrapped(std::io::ErrorKind::ConnectionReset.into()));
+        assert_eq!(t.classify(&reset), Some(Dependency::Other));
+        let notfound = ConsumeError::from(Wrapped(std::io::ErrorKind::NotFound.into()));
+        assert_eq!(t.classify(&notfound), None);
+        let permanent =
+            ConsumeError::permanent(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert_eq!(t.classify(&permanent), None);
+        let rejected = ConsumeError::from(PublishError::new(PublishErrorKind::Rejected, "nack"));
+        assert_eq!(t.classify(&rejected), None);
+    }
+
+    #[test]
+    fn classifiers_come_first() {
+        let t = Transience::default().with(Arc::new(|e| {
+            e.downcast_ref::<std::io::Error>()
+                .map(|_| Dependency::Storage)
+        }));
+        let reset = ConsumeError::from(std::io::Error::from(std::io::ErrorKind::ConnectionReset));
+        assert_eq!(t.classify(&reset), Some(Dependency::Storage));
+    }
+}
