@@ -46,6 +46,11 @@ impl Message for OrderPlaced {
 
 const URN: &str = "urn:message:FerrybusTests.Wire:OrderPlaced";
 
+/// The tests of this file share the `FerrybusTests.Wire:OrderPlaced` exchange (and its fault
+/// exchange) and each deletes them when it is done: one at a time, so a test's cleanup never
+/// removes an exchange another test is binding to.
+static SHARED_EXCHANGES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// The consumer's own error type.
 #[derive(Debug, thiserror::Error)]
 #[error("invoice declined for {0}")]
@@ -93,6 +98,7 @@ fn body(value: serde_json::Value) -> Vec<u8> {
 /// contract reads it. So does ferrybus, nested objects and arrays included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pascal_case_payloads_bind_to_camel_case_contracts() {
+    let _one_at_a_time = SHARED_EXCHANGES.lock().await;
     let probe = Probe::connect(&amqp_url()).await;
     let queue = unique("wire-pascal");
     probe.track_endpoint(&queue);
@@ -152,6 +158,7 @@ async fn pascal_case_payloads_bind_to_camel_case_contracts() {
 /// `amqp://` fault address, which MassTransit's RabbitMQ addresses accept like `rabbitmq://`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sloppy_producers_keep_working() {
+    let _one_at_a_time = SHARED_EXCHANGES.lock().await;
     let probe = Probe::connect(&amqp_url()).await;
     let queue = unique("wire-sloppy");
     probe.track_endpoint(&queue);
@@ -226,6 +233,7 @@ async fn sloppy_producers_keep_working() {
 /// endpoint enables it, so `application/json` is read as an envelope too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn content_types_pick_the_deserializer_as_masstransit_does() {
+    let _one_at_a_time = SHARED_EXCHANGES.lock().await;
     let probe = Probe::connect(&amqp_url()).await;
     let queue = unique("wire-content-type");
     probe.track_endpoint(&queue);
@@ -275,6 +283,7 @@ async fn content_types_pick_the_deserializer_as_masstransit_does() {
 /// MassTransit moves the message to `_error` and publishes a `ReceiveFault`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_type_that_is_a_string_goes_to_error() {
+    let _one_at_a_time = SHARED_EXCHANGES.lock().await;
     let probe = Probe::connect(&amqp_url()).await;
     let queue = unique("wire-type-string");
     probe.track_endpoint(&queue);
@@ -328,6 +337,7 @@ async fn a_message_type_that_is_a_string_goes_to_error() {
 /// count and without consumer headers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_payload_that_does_not_bind_gets_a_receive_fault_not_a_fault_of_t() {
+    let _one_at_a_time = SHARED_EXCHANGES.lock().await;
     let probe = Probe::connect(&amqp_url()).await;
     let queue = unique("wire-unbound");
     probe.track_endpoint(&queue);
@@ -408,6 +418,7 @@ async fn a_payload_that_does_not_bind_gets_a_receive_fault_not_a_fault_of_t() {
 /// version and ferrybus's version.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn faults_read_as_dotnet_writes_them() {
+    let _one_at_a_time = SHARED_EXCHANGES.lock().await;
     let probe = Probe::connect(&amqp_url()).await;
     let queue = unique("wire-fault-shape");
     probe.track_endpoint(&queue);
@@ -501,6 +512,7 @@ fn decline(order: &OrderPlaced) -> Result<(), ConsumeError> {
 /// `bindexchange=Y` declares `Y` and binds it from the destination.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn alternate_and_bound_exchanges_from_the_address() {
+    let _one_at_a_time = SHARED_EXCHANGES.lock().await;
     use ferrybus_core::Publish;
     let probe = Probe::connect(&amqp_url()).await;
     let unrouted = unique("wire-unrouted");
