@@ -199,8 +199,11 @@ macro_rules! exercise_entities {
             "urn:message:Billing.Contracts:OrderPlaced"
         );
         let status = status::outbox_status(db, &tables).await.unwrap();
-        assert_eq!((status.bus_outboxes, status.bus_messages), (2, 1));
-        assert_eq!((status.inbox_rows, status.consumer_messages), (1, 1));
+        assert_eq!(
+            (status.bus_outbox.outboxes, status.bus_outbox.messages),
+            (2, 1)
+        );
+        assert_eq!((status.inbox.rows, status.consumer_outbox.messages), (1, 1));
     }};
 }
 
