@@ -563,9 +563,12 @@ fn naming_of(columns: &BTreeMap<String, Column>) -> Option<NamingStyle> {
         .find(|&style| columns.contains_key(&column_name(inbox_state::Column::MessageId, style)))
 }
 
-/// Compares the schema of `tables` in `db` with what ferrybus needs (see the
-/// [module docs](self)): the three tables, every column with a usable type, defaults and
-/// `NOT NULL`s, the inbox key, the foreign keys; and reads the time column types. Read-only.
+/// Compares the schema of `tables` in `db` with what ferrybus needs: the three tables; every
+/// column it reads or writes, with a type it can use (MassTransit ≥ 8.1's `MessageType`
+/// included, `RowVersion` optional); defaults on `Id` and `SequenceNumber`; no `NOT NULL`
+/// column without a default among those it does not write; the (`MessageId`, `ConsumerId`)
+/// unique key (MassTransit ≥ 8.0.8); the two foreign keys of MassTransit 8.3 (reported, not
+/// required). Also reads the time column types and the foreign keys declared. Read-only.
 ///
 /// ```no_run
 /// # async fn run(db: sea_orm::DatabaseConnection) -> Result<(), ferrybus_sea_orm::StoreError> {

@@ -67,7 +67,7 @@ impl MigrationName for CreateOutboxTables {
 #[async_trait::async_trait]
 impl MigrationTrait for CreateOutboxTables {
     /// Takes the advisory lock (until the migration's transaction ends; sea-orm-migration runs
-    /// PostgreSQL migrations in one), runs [`steps`](Self::steps), then adds a foreign key
+    /// PostgreSQL migrations in one), runs `steps`, then adds a foreign key
     /// only when `OutboxMessage` has none to that table yet (tables .NET created before 8.3).
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         let db = manager.get_connection();
