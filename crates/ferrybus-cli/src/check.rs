@@ -1,84 +1,33 @@
-//! `ferrybus migrate --check`: is an existing schema (one a .NET service created, or an older
-//! ferrybus) what ferrybus needs, and which naming does it use? Read-only catalog queries.
-//!
-//! ferrybus needs MassTransit ≥ 8.1's tables (`docs/reference/masstransit-outbox.md`): every
-//! column it reads or writes with a compatible type, the `(MessageId, ConsumerId)` unique key
-//! its inbox insert conflicts on, defaults on `Id` / `SequenceNumber` (it never inserts them),
-//! and no other `NOT NULL` column without a default. The foreign keys of 8.3 and the time
-//! column type (`timestamptz`, or Npgsql's legacy `timestamp`) are reported, not required.
+//! `ferrybus migrate --check`: the storage crate's schema check
+//! ([`ferrybus_sea_orm::migrate::check_search`]: the tables found, the naming read from their
+//! columns unless given, what ferrybus cannot use), as a report for people and for `--json`.
 
 use std::collections::BTreeMap;
+use std::io::Write;
 
-use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
+use ferrybus_sea_orm::entity::OutboxTable;
+use ferrybus_sea_orm::migrate::{self, SchemaProblem, SchemaReport, TableSearch, TableStatus};
+use ferrybus_sea_orm::{Tables, TimestampType};
+use sea_orm::DatabaseConnection;
 use serde::Serialize;
 
-use crate::error::CliError;
-use crate::storage::{Naming, TableSet};
+use crate::error::{CliError, CliErrorKind};
+use crate::storage::{self, Naming};
 
-const TS: &[&str] = &["timestamp with time zone", "timestamp without time zone"];
-const INT: &[&str] = &["bigint", "integer"];
-const UUID: &[&str] = &["uuid"];
-const TEXT: &[&str] = &["text", "character varying"];
-const BYTES: &[&str] = &["bytea"];
-
-/// A column ferrybus uses: its .NET name, the types it accepts, whether it must exist, whether
-/// ferrybus writes it on insert, whether it needs a default.
-struct Need(&'static str, &'static [&'static str], bool, bool, bool);
-
-const INBOX: &[Need] = &[
-    Need("Id", INT, true, false, true),
-    Need("MessageId", UUID, true, true, false),
-    Need("ConsumerId", UUID, true, true, false),
-    Need("LockId", UUID, true, true, false),
-    Need("RowVersion", BYTES, false, false, false),
-    Need("Received", TS, true, true, false),
-    Need("ReceiveCount", INT, true, true, false),
-    Need("ExpirationTime", TS, true, false, false),
-    Need("Consumed", TS, true, true, false),
-    Need("Delivered", TS, true, true, false),
-    Need("LastSequenceNumber", INT, true, false, false),
+/// The three tables, in the order the reports list them.
+const TABLES: [OutboxTable; 3] = [
+    OutboxTable::InboxState,
+    OutboxTable::OutboxState,
+    OutboxTable::OutboxMessage,
 ];
 
-const STATE: &[Need] = &[
-    Need("OutboxId", UUID, true, true, false),
-    Need("LockId", UUID, true, true, false),
-    Need("RowVersion", BYTES, false, false, false),
-    Need("Created", TS, true, true, false),
-    Need("Delivered", TS, true, false, false),
-    Need("LastSequenceNumber", INT, true, false, false),
-];
-
-const MESSAGE: &[Need] = &[
-    Need("SequenceNumber", INT, true, false, true),
-    Need("EnqueueTime", TS, true, false, false),
-    Need("SentTime", TS, true, true, false),
-    Need("Headers", TEXT, true, true, false),
-    Need("Properties", TEXT, true, true, false),
-    Need("InboxMessageId", UUID, true, true, false),
-    Need("InboxConsumerId", UUID, true, true, false),
-    Need("OutboxId", UUID, true, true, false),
-    Need("MessageId", UUID, true, true, false),
-    Need("ContentType", TEXT, true, true, false),
-    Need("MessageType", TEXT, true, true, false),
-    Need("Body", TEXT, true, true, false),
-    Need("ConversationId", UUID, true, true, false),
-    Need("CorrelationId", UUID, true, true, false),
-    Need("InitiatorId", UUID, true, true, false),
-    Need("RequestId", UUID, true, true, false),
-    Need("SourceAddress", TEXT, true, true, false),
-    Need("DestinationAddress", TEXT, true, true, false),
-    Need("ResponseAddress", TEXT, true, true, false),
-    Need("FaultAddress", TEXT, true, true, false),
-    Need("ExpirationTime", TS, true, true, false),
-];
-
-/// What `--check` found for one schema.
+/// What `--check` found for one schema (one line of `--json`).
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Report {
     /// The schema.
     pub(crate) schema: String,
-    /// The naming the tables use (`snake`, `pascal`), when known.
+    /// The naming the tables use (`snake`, `pascal`), when they were found.
     pub(crate) naming: Option<&'static str>,
     /// Whether the naming was detected rather than given.
     pub(crate) detected: bool,
@@ -100,322 +49,210 @@ pub(crate) struct Report {
     pub(crate) env: Option<String>,
 }
 
-/// A column as the catalog describes it.
-#[derive(Debug)]
-struct Column {
-    data_type: String,
-    nullable: bool,
-    has_default: bool,
-}
-
-async fn columns(
+/// Runs the storage crate's check of the tables `search` describes.
+pub(crate) async fn read(
     db: &DatabaseConnection,
-    schema: &str,
-    table: &str,
-) -> Result<BTreeMap<String, Column>, CliError> {
-    let rows = db
-        .query_all(Statement::from_sql_and_values(
-            DbBackend::Postgres,
-            "SELECT column_name::text AS name, data_type::text AS data_type, (is_nullable = 'YES') AS nullable, \
-             (column_default IS NOT NULL OR is_identity = 'YES') AS has_default \
-             FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2",
-            [schema.into(), table.into()],
-        ))
+    search: &TableSearch,
+) -> Result<SchemaReport, CliError> {
+    migrate::check_search(db, search)
         .await
-        .map_err(|e| CliError::database(format!("reading the columns of {schema}.{table}"), e))?;
-    let mut out = BTreeMap::new();
-    for row in rows {
-        let get = |c: &str| row.try_get::<String>("", c);
-        let name = get("name").map_err(|e| CliError::database("reading the catalog", e))?;
-        out.insert(
-            name,
-            Column {
-                data_type: get("data_type")
-                    .map_err(|e| CliError::database("reading the catalog", e))?,
-                nullable: row.try_get("", "nullable").unwrap_or(true),
-                has_default: row.try_get("", "has_default").unwrap_or(false),
-            },
-        );
-    }
-    Ok(out)
+        .map_err(|e| CliError::database(format!("checking schema {}", search.schema_name()), e))
 }
 
-async fn unique_keys(
-    db: &DatabaseConnection,
-    schema: &str,
-    table: &str,
-) -> Result<Vec<String>, CliError> {
-    let rows = db
-        .query_all(Statement::from_sql_and_values(
-            DbBackend::Postgres,
-            "SELECT string_agg(a.attname::text, ',' ORDER BY a.attname::text) AS cols \
-             FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid \
-             JOIN pg_namespace n ON n.oid = c.relnamespace \
-             JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = ANY(i.indkey) \
-             WHERE n.nspname = $1 AND c.relname = $2 AND i.indisunique GROUP BY i.indexrelid",
-            [schema.into(), table.into()],
-        ))
-        .await
-        .map_err(|e| CliError::database(format!("reading the indexes of {schema}.{table}"), e))?;
-    Ok(rows
-        .iter()
-        .filter_map(|r| r.try_get::<String>("", "cols").ok())
-        .collect())
-}
-
-async fn foreign_keys(
-    db: &DatabaseConnection,
-    schema: &str,
-    table: &str,
-) -> Result<Vec<String>, CliError> {
-    let rows = db
-        .query_all(Statement::from_sql_and_values(
-            DbBackend::Postgres,
-            "SELECT cf.relname::text AS target FROM pg_constraint k \
-             JOIN pg_class c ON c.oid = k.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace \
-             JOIN pg_class cf ON cf.oid = k.confrelid \
-             WHERE k.contype = 'f' AND n.nspname = $1 AND c.relname = $2 ORDER BY 1",
-            [schema.into(), table.into()],
-        ))
-        .await
-        .map_err(|e| {
-            CliError::database(format!("reading the foreign keys of {schema}.{table}"), e)
-        })?;
-    Ok(rows
-        .iter()
-        .filter_map(|r| r.try_get::<String>("", "target").ok())
-        .collect())
-}
-
-/// The naming of a table from its columns: `message_id` → snake, `MessageId` → pascal.
-fn naming_of(columns: &BTreeMap<String, Column>) -> Option<Naming> {
-    if columns.contains_key("message_id") {
-        Some(Naming::Snake)
-    } else if columns.contains_key("MessageId") {
-        Some(Naming::Pascal)
-    } else {
-        None
-    }
-}
-
-/// Checks the tables of `schema`: with `naming` and `names` when given, else finds them
-/// (snake_case names first, then .NET's PascalCase ones) and detects the naming from the
-/// columns.
-pub(crate) async fn check(
-    db: &DatabaseConnection,
-    schema: &str,
-    naming: Option<Naming>,
-    names: [Option<&str>; 3],
-) -> Result<Report, CliError> {
-    let candidates: Vec<TableSet> = match naming {
-        Some(naming) => vec![TableSet::new(schema, naming, names)],
-        None => vec![
-            TableSet::new(schema, Naming::Snake, names),
-            TableSet::new(schema, Naming::Pascal, names),
-        ],
-    };
-    let mut chosen = None;
-    for set in &candidates {
-        let inbox = columns(db, schema, &set.inbox).await?;
-        if !inbox.is_empty() {
-            chosen = Some((set.clone(), inbox));
-            break;
-        }
-    }
-    let mut report = Report {
-        schema: schema.to_owned(),
-        naming: None,
-        detected: naming.is_none(),
-        tables: [String::new(), String::new(), String::new()],
-        status: BTreeMap::new(),
-        timestamps: None,
-        foreign_keys: Vec::new(),
-        problems: Vec::new(),
-        notes: Vec::new(),
-        ok: false,
-        env: None,
-    };
-    let Some((mut set, inbox_columns)) = chosen else {
-        let looked: Vec<String> = candidates.iter().map(|s| s.inbox.clone()).collect();
-        report.tables = [
-            candidates[0].inbox.clone(),
-            candidates[0].state.clone(),
-            candidates[0].message.clone(),
-        ];
-        report.problems.push(format!(
-            "no inbox table in schema {schema} (looked for {}); run `ferrybus migrate` to create the tables",
-            looked.join(", ")
-        ));
-        return Ok(report);
-    };
-    match naming_of(&inbox_columns) {
-        Some(found) if naming.is_some_and(|n| n != found) => {
-            report.problems.push(format!(
-                "{} has {} columns, not {}: use --naming {} (FERRYBUS_NAMING={})",
-                set.inbox,
-                found.as_str(),
-                set.naming.as_str(),
-                found.as_str(),
-                found.as_str()
-            ));
-            set.naming = found;
-        }
-        Some(found) => {
-            if naming.is_none() && found != set.naming {
-                // e.g. snake_case columns in tables named InboxState…
-                set.naming = found;
-            }
-        }
-        None => report.problems.push(format!(
-            "{} has neither a message_id nor a MessageId column: not a MassTransit inbox table",
-            set.inbox
+/// A problem as the tool words it: the storage crate's line, with what to do about it on the
+/// command line. Missing foreign keys are no problem here (see [`report`]'s notes).
+fn problem_line(problem: &SchemaProblem) -> Option<String> {
+    match problem {
+        SchemaProblem::NoInboxTable { .. } => Some(format!(
+            "{problem}; run `ferrybus migrate` to create the tables"
         )),
-    }
-    report.naming = Some(set.naming.as_str());
-    report.tables = [set.inbox.clone(), set.state.clone(), set.message.clone()];
-    let mut time_types = Vec::new();
-    for (table, needs, existing) in [
-        (set.inbox.clone(), INBOX, Some(inbox_columns)),
-        (set.state.clone(), STATE, None),
-        (set.message.clone(), MESSAGE, None),
-    ] {
-        let existing = match existing {
-            Some(c) => c,
-            None => columns(db, schema, &table).await?,
-        };
-        let before = report.problems.len();
-        if existing.is_empty() {
-            report
-                .problems
-                .push(format!("table {schema}.{table} does not exist"));
-            report.status.insert(table, "missing");
-            continue;
-        }
-        check_table(
-            &table,
-            set.naming,
-            needs,
-            &existing,
-            &mut report.problems,
-            &mut time_types,
-        );
-        report.status.insert(
+        SchemaProblem::NamingMismatch {
             table,
-            if report.problems.len() == before {
-                "ok"
-            } else {
-                "problems"
-            },
-        );
+            found,
+            configured,
+        } => {
+            let found = Naming::name_of(*found);
+            Some(format!(
+                "{table} has {found} columns, not {}: use --naming {found} (FERRYBUS_NAMING={found})",
+                Naming::name_of(*configured)
+            ))
+        }
+        SchemaProblem::MissingForeignKey { .. } => None,
+        other => Some(other.to_string()),
     }
-    // The inbox insert's ON CONFLICT needs the unique key.
-    let key = {
-        let mut cols = [
-            set.naming.column("ConsumerId"),
-            set.naming.column("MessageId"),
-        ];
-        cols.sort();
-        cols.join(",")
-    };
-    if report.status.get(&set.inbox) == Some(&"ok")
-        && !unique_keys(db, schema, &set.inbox).await?.contains(&key)
-    {
-        report.problems.push(format!(
-            "{} has no unique key on ({}, {}) (MassTransit < 8.0.8): the inbox cannot detect duplicates",
-            set.inbox,
-            set.naming.column("MessageId"),
-            set.naming.column("ConsumerId")
+}
+
+/// The tables of `report` for `outbox status`: all three must exist, in the naming given.
+pub(crate) fn status_tables(report: SchemaReport) -> Result<Tables, CliError> {
+    let missing = TABLES.iter().any(|&t| {
+        report
+            .table_status(t)
+            .is_none_or(|s| s == TableStatus::Missing)
+    });
+    if missing {
+        return Err(CliError::new(
+            CliErrorKind::Database,
+            format!(
+                "{}; or name existing ones with --schema, --naming and the --*-table options",
+                problem_lines(&report).join("; ")
+            ),
         ));
-        report.status.insert(set.inbox.clone(), "problems");
     }
-    time_types.sort();
-    time_types.dedup();
-    report.timestamps = match time_types.as_slice() {
+    // --naming given, the columns have the other one.
+    if let Some(line) = report
+        .problems
+        .iter()
+        .filter(|p| matches!(p, SchemaProblem::NamingMismatch { .. }))
+        .find_map(problem_line)
+    {
+        return Err(CliError::new(CliErrorKind::Database, line));
+    }
+    Ok(report.tables)
+}
+
+/// The problems of `report`, as the tool words them.
+pub(crate) fn problem_lines(report: &SchemaReport) -> Vec<String> {
+    report.problems.iter().filter_map(problem_line).collect()
+}
+
+fn data_type(timestamps: TimestampType) -> &'static str {
+    match timestamps {
+        TimestampType::WithTimeZone => "timestamp with time zone",
+        TimestampType::WithoutTimeZone => "timestamp without time zone",
+    }
+}
+
+/// The tool's report of `r`.
+pub(crate) fn report(r: &SchemaReport) -> Report {
+    let tables = &r.tables;
+    let found = r.found();
+    let mut status = BTreeMap::new();
+    for table in TABLES {
+        if let Some(s) = r.table_status(table) {
+            let word = match s {
+                TableStatus::Ok => "ok",
+                TableStatus::Missing => "missing",
+                TableStatus::Problems => "problems",
+            };
+            status.insert(table.name(tables).to_owned(), word);
+        }
+    }
+    let mut notes = Vec::new();
+    let timestamps = match r.timestamps[..] {
         [] => None,
-        [one] => Some(one.clone()),
-        _ => {
-            report
-                .notes
-                .push("the time columns mix timestamp and timestamptz".into());
-            Some(time_types.join(", "))
+        [one] => Some(data_type(one).to_owned()),
+        ref several => {
+            notes.push("the time columns mix timestamp and timestamptz".to_owned());
+            Some(
+                several
+                    .iter()
+                    .map(|t| data_type(*t))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            )
         }
     };
-    if report.timestamps.as_deref() == Some("timestamp without time zone") {
-        report
-            .notes
-            .push("timestamp without time zone (Npgsql's legacy behaviour): ferrybus writes and compares UTC wall-clock times".into());
+    if r.timestamp_type() == Some(TimestampType::WithoutTimeZone) {
+        notes.push("timestamp without time zone (Npgsql's legacy behaviour): ferrybus writes and compares UTC wall-clock times".into());
     }
-    if report
-        .status
-        .get(&set.message)
-        .is_some_and(|s| *s != "missing")
-    {
-        report.foreign_keys = foreign_keys(db, schema, &set.message)
-            .await?
-            .into_iter()
-            .map(|target| format!("{} → {target}", set.message))
-            .collect();
-        if report.foreign_keys.is_empty() {
-            report.notes.push(
+    let message_table = r.table_status(OutboxTable::OutboxMessage);
+    if message_table.is_some_and(|s| s != TableStatus::Missing) {
+        if r.foreign_keys.is_empty() {
+            notes.push(
                 "no foreign keys (MassTransit < 8.3 shape); `ferrybus migrate` would add them"
                     .into(),
             );
+        } else {
+            for problem in &r.problems {
+                if let SchemaProblem::MissingForeignKey { to, .. } = problem {
+                    notes.push(format!(
+                        "no foreign key to {to} (MassTransit < 8.3 shape); `ferrybus migrate` would add it"
+                    ));
+                }
+            }
         }
     }
-    report.ok = report.problems.is_empty();
-    report.env = Some(set.env());
-    Ok(report)
+    Report {
+        schema: tables.schema_name().to_owned(),
+        naming: found.then(|| Naming::name_of(tables.naming_style())),
+        detected: r.naming_detected,
+        tables: TABLES.map(|t| t.name(tables).to_owned()),
+        status,
+        timestamps,
+        foreign_keys: r
+            .foreign_keys
+            .iter()
+            .map(|k| format!("{} → {}", k.table, k.references))
+            .collect(),
+        problems: problem_lines(r),
+        notes,
+        ok: r.is_usable(),
+        env: found.then(|| storage::env(tables)),
+    }
 }
 
-fn check_table(
-    table: &str,
-    naming: Naming,
-    needs: &[Need],
-    existing: &BTreeMap<String, Column>,
-    problems: &mut Vec<String>,
-    time_types: &mut Vec<String>,
-) {
-    let mut known = Vec::new();
-    for Need(pascal, types, required, written, needs_default) in needs {
-        let name = naming.column(pascal);
-        known.push(name.clone());
-        let Some(column) = existing.get(&name) else {
-            if *required {
-                let hint = if *pascal == "MessageType" {
-                    " (MassTransit < 8.1)"
-                } else {
-                    ""
-                };
-                problems.push(format!("{table}: column {name} is missing{hint}"));
-            }
-            continue;
-        };
-        if !types.contains(&column.data_type.as_str()) {
-            problems.push(format!(
-                "{table}.{name} is {}, expected {}",
-                column.data_type,
-                types.join(" or ")
-            ));
-        }
-        if TS == *types {
-            time_types.push(column.data_type.clone());
-        }
-        if *needs_default && !column.has_default {
-            problems.push(format!(
-                "{table}.{name} has no default or identity: ferrybus never inserts it"
-            ));
-        }
-        if !written && !needs_default && !column.nullable && !column.has_default {
-            problems.push(format!(
-                "{table}.{name} is NOT NULL without a default: ferrybus does not write it"
-            ));
+/// Prints `r` for people.
+pub(crate) fn print(out: &mut impl Write, r: &Report) -> Result<(), CliError> {
+    let naming = match (r.naming, r.detected) {
+        (Some(n), true) => format!("{n} naming (detected)"),
+        (Some(n), false) => format!("{n} naming"),
+        (None, _) => "naming unknown".to_owned(),
+    };
+    writeln!(out, "schema {}: {naming}", r.schema)?;
+    for table in &r.tables {
+        if let Some(status) = r.status.get(table) {
+            writeln!(out, "  {table:<24} {status}")?;
         }
     }
-    for (name, column) in existing {
-        if !known.contains(name) && !column.nullable && !column.has_default {
-            problems.push(format!(
-                "{table}.{name} (not a MassTransit column) is NOT NULL without a default: ferrybus does not write it"
-            ));
+    if let Some(ts) = &r.timestamps {
+        writeln!(out, "  time columns: {ts}")?;
+    }
+    if !r.foreign_keys.is_empty() {
+        writeln!(out, "  foreign keys: {}", r.foreign_keys.join(", "))?;
+    }
+    for note in &r.notes {
+        writeln!(out, "  note: {note}")?;
+    }
+    for problem in &r.problems {
+        writeln!(out, "  problem: {problem}")?;
+    }
+    if r.ok {
+        writeln!(out, "ferrybus can use these tables with:")?;
+        if let Some(env) = &r.env {
+            writeln!(out, "  {env}")?;
         }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrybus_sea_orm::NamingStyle;
+
+    #[test]
+    fn problems_say_what_to_do() {
+        let mismatch = SchemaProblem::NamingMismatch {
+            table: "inbox_state".into(),
+            found: NamingStyle::SnakeCase,
+            configured: NamingStyle::PascalCase,
+        };
+        assert_eq!(
+            problem_line(&mismatch).unwrap(),
+            "inbox_state has snake columns, not pascal: use --naming snake (FERRYBUS_NAMING=snake)"
+        );
+        let none = SchemaProblem::NoInboxTable {
+            schema: "ops".into(),
+            looked_for: vec!["inbox_state".into(), "InboxState".into()],
+        };
+        assert_eq!(
+            problem_line(&none).unwrap(),
+            "no inbox table in schema ops (looked for inbox_state, InboxState); run `ferrybus migrate` to create the tables"
+        );
+        let fk = SchemaProblem::MissingForeignKey {
+            table: "outbox_message".into(),
+            to: "inbox_state".into(),
+        };
+        assert_eq!(problem_line(&fk), None);
     }
 }

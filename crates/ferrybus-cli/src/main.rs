@@ -34,13 +34,16 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use ferrybus_sea_orm::migrate::TableSearch;
+use ferrybus_sea_orm::status::Windows;
+use ferrybus_sea_orm::Tables;
 use serde_json::Value;
 
 use crate::amqp::Broker;
 use crate::error::{CliError, CliErrorKind};
 use crate::message::{parse_time_arg, Filter};
 use crate::queues::QueueKind;
-use crate::storage::{Naming, TableSet};
+use crate::storage::Naming;
 
 /// The examples' broker (what `scripts/services.sh` sets up).
 const DEFAULT_AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
@@ -237,11 +240,16 @@ impl StorageArgs {
         ]
     }
 
-    fn sets(&self) -> Vec<TableSet> {
-        let naming = self.naming.unwrap_or(Naming::Snake);
+    /// Where to look for the tables of each schema.
+    fn searches(&self) -> Vec<TableSearch> {
         self.schemas()
-            .map(|schema| TableSet::new(schema, naming, self.names()))
+            .map(|schema| storage::search(schema, self.naming, self.names()))
             .collect()
+    }
+
+    /// The tables of each schema as given (snake_case unless `--naming` says otherwise).
+    fn sets(&self) -> Vec<Tables> {
+        self.searches().iter().map(TableSearch::tables).collect()
     }
 
     fn schemas(&self) -> impl Iterator<Item = &str> {
@@ -416,10 +424,9 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             cleanup_window,
             json,
         }) => {
-            let windows = outbox::Windows {
-                stranded_after,
-                cleanup_window,
-            };
+            let windows = Windows::default()
+                .stranded_after(stranded_after)
+                .cleanup_window(cleanup_window);
             outbox_status(&database_url, &storage, windows, json).await
         }
         Command::Migrate(args) => migrate(&database_url, &args).await,
@@ -533,37 +540,30 @@ enum QueueRun {
 async fn outbox_status(
     database_url: &str,
     storage: &StorageArgs,
-    windows: outbox::Windows,
+    windows: Windows,
     json: bool,
 ) -> Result<(), CliError> {
     let db = storage::connect(database_url).await?;
+    let result = outbox_statuses(&db, storage, windows, json).await;
+    let _ = db.close().await;
+    result
+}
+
+async fn outbox_statuses(
+    db: &sea_orm::DatabaseConnection,
+    storage: &StorageArgs,
+    windows: Windows,
+    json: bool,
+) -> Result<(), CliError> {
     let mut sets = Vec::new();
-    for set in storage.sets() {
+    for search in storage.searches() {
         // The tables must exist; without --naming, take the naming they have (a .NET schema).
-        let report = check::check(&db, &set.schema, storage.naming, storage.names()).await?;
-        if report.status.values().any(|s| *s == "missing") || report.status.is_empty() {
-            let _ = db.close().await;
-            return Err(CliError::new(
-                CliErrorKind::Database,
-                format!(
-                    "{}; or name existing ones with --schema, --naming and the --*-table options",
-                    report.problems.join("; ")
-                ),
-            ));
-        }
-        let naming = match report.naming {
-            Some("pascal") => Naming::Pascal,
-            _ => Naming::Snake,
-        };
-        sets.push(TableSet::new(
-            &set.schema,
-            storage.naming.unwrap_or(naming),
-            storage.names(),
-        ));
+        let report = check::read(db, &search).await?;
+        sets.push(check::status_tables(report)?);
     }
     let mut out = io::stdout().lock();
-    for set in &sets {
-        let status = outbox::status(&db, set, windows).await?;
+    for tables in &sets {
+        let status = outbox::status(db, tables, windows).await?;
         if json {
             writeln!(
                 out,
@@ -571,104 +571,10 @@ async fn outbox_status(
                 serde_json::to_string(&status).map_err(CliError::output)?
             )?;
         } else {
-            print_status(&mut out, &status)?;
+            outbox::print(&mut out, &status)?;
         }
     }
     out.flush()?;
-    let _ = db.close().await;
-    Ok(())
-}
-
-fn age(seconds: Option<f64>) -> String {
-    match seconds {
-        None => "-".to_owned(),
-        Some(s) => {
-            let whole = Duration::from_secs(s.max(0.0).round() as u64);
-            humantime::format_duration(whole).to_string()
-        }
-    }
-}
-
-fn print_status(out: &mut impl Write, s: &outbox::Status) -> Result<(), CliError> {
-    use comfy_table::{presets, Table};
-    writeln!(
-        out,
-        "schema {} ({} naming: {}, {}, {})",
-        s.schema, s.naming, s.tables[0], s.tables[1], s.tables[2]
-    )?;
-    let mut table = Table::new();
-    table.load_preset(presets::UTF8_FULL_CONDENSED);
-    table.set_header(["", "now", "oldest"]);
-    let b = &s.bus_outbox;
-    table.add_row([
-        "bus outbox: pending messages".to_owned(),
-        format!("{} in {} outboxes", b.messages, b.outboxes),
-        age(b.oldest_message_age_seconds),
-    ]);
-    let delivering = if b.being_delivered.is_empty() {
-        "nobody".to_owned()
-    } else {
-        b.being_delivered
-            .iter()
-            .map(|d| {
-                format!(
-                    "pid {} {}{}{} ({} outboxes)",
-                    d.pid,
-                    d.application.as_deref().unwrap_or("(no application name)"),
-                    d.user
-                        .as_deref()
-                        .map(|u| format!(" as {u}"))
-                        .unwrap_or_default(),
-                    d.client
-                        .as_deref()
-                        .map(|c| format!(" from {c}"))
-                        .unwrap_or_default(),
-                    d.outboxes
-                )
-            })
-            .collect::<Vec<_>>()
-            .join("; ")
-    };
-    table.add_row([
-        "bus outbox: being delivered by".to_owned(),
-        delivering,
-        "-".to_owned(),
-    ]);
-    let c = &s.consumer_outbox;
-    table.add_row([
-        "consumer outbox: messages to send".to_owned(),
-        c.messages.to_string(),
-        age(c.oldest_message_age_seconds),
-    ]);
-    table.add_row([
-        "consumer outbox: consumed, not delivered".to_owned(),
-        format!(
-            "{} ({} stranded, older than {})",
-            c.pending_inbox_rows,
-            c.stranded,
-            age(Some(c.stranded_after_seconds as f64))
-        ),
-        "-".to_owned(),
-    ]);
-    let i = &s.inbox;
-    table.add_row([
-        "inbox: rows".to_owned(),
-        format!(
-            "{} ({} delivered, {} not consumed)",
-            i.rows, i.delivered, i.not_consumed
-        ),
-        age(i.oldest_delivered_age_seconds),
-    ]);
-    table.add_row([
-        "inbox: past the cleanup window".to_owned(),
-        format!(
-            "{} (older than {})",
-            i.past_cleanup_window,
-            age(Some(i.cleanup_window_seconds as f64))
-        ),
-        "-".to_owned(),
-    ]);
-    writeln!(out, "{table}")?;
     Ok(())
 }
 
@@ -677,7 +583,7 @@ async fn migrate(database_url: &str, args: &MigrateArgs) -> Result<(), CliError>
     if args.print {
         let mut out = io::stdout().lock();
         for set in args.storage.sets() {
-            writeln!(out, "-- {}", set.env())?;
+            writeln!(out, "-- {}", storage::env(&set))?;
             write!(out, "{}", storage::migration_sql(&set, foreign_keys))?;
         }
         out.flush()?;
@@ -697,11 +603,11 @@ async fn migrate(database_url: &str, args: &MigrateArgs) -> Result<(), CliError>
             writeln!(
                 out,
                 "schema {}: {}, {}, {} are in place ({} naming)",
-                set.schema,
-                set.inbox,
-                set.state,
-                set.message,
-                set.naming.as_str()
+                set.schema_name(),
+                set.inbox_state(),
+                set.outbox_state(),
+                set.outbox_message(),
+                Naming::name_of(set.naming_style())
             )?;
         }
         result
@@ -717,8 +623,8 @@ async fn check_schemas(
 ) -> Result<(), CliError> {
     let mut out = io::stdout().lock();
     let mut failed = Vec::new();
-    for schema in storage.schemas() {
-        let report = check::check(db, schema, storage.naming, storage.names()).await?;
+    for search in storage.searches() {
+        let report = check::report(&check::read(db, &search).await?);
         if json {
             writeln!(
                 out,
@@ -726,10 +632,10 @@ async fn check_schemas(
                 serde_json::to_string(&report).map_err(CliError::output)?
             )?;
         } else {
-            print_check(&mut out, &report)?;
+            check::print(&mut out, &report)?;
         }
         if !report.ok {
-            failed.push(schema.to_owned());
+            failed.push(report.schema);
         }
     }
     out.flush()?;
@@ -741,39 +647,6 @@ async fn check_schemas(
             failed.join(", ")
         )))
     }
-}
-
-fn print_check(out: &mut impl Write, r: &check::Report) -> Result<(), CliError> {
-    let naming = match (r.naming, r.detected) {
-        (Some(n), true) => format!("{n} naming (detected)"),
-        (Some(n), false) => format!("{n} naming"),
-        (None, _) => "naming unknown".to_owned(),
-    };
-    writeln!(out, "schema {}: {naming}", r.schema)?;
-    for table in &r.tables {
-        if let Some(status) = r.status.get(table) {
-            writeln!(out, "  {table:<24} {status}")?;
-        }
-    }
-    if let Some(ts) = &r.timestamps {
-        writeln!(out, "  time columns: {ts}")?;
-    }
-    if !r.foreign_keys.is_empty() {
-        writeln!(out, "  foreign keys: {}", r.foreign_keys.join(", "))?;
-    }
-    for note in &r.notes {
-        writeln!(out, "  note: {note}")?;
-    }
-    for problem in &r.problems {
-        writeln!(out, "  problem: {problem}")?;
-    }
-    if r.ok {
-        writeln!(out, "ferrybus can use these tables with:")?;
-        if let Some(env) = &r.env {
-            writeln!(out, "  {env}")?;
-        }
-    }
-    Ok(())
 }
 
 async fn topology_command(amqp_url: &str, args: TopologyArgs) -> Result<(), CliError> {

@@ -1,47 +1,19 @@
-//! `ferrybus outbox status`: what waits in the outbox tables, read in one read-only
-//! transaction. The statements are built with sea-query, so every table and column name is a
-//! quoted identifier, whatever the schema, names and naming.
-//!
-//! * **bus outbox**: outboxes (`OutboxState` rows not delivered) and their messages
-//!   (`OutboxMessage` rows with an `OutboxId`), the age of the oldest message, and which
-//!   sessions are delivering right now: a delivery service (ferrybus's or MassTransit's) holds
-//!   `FOR UPDATE` row locks on the outbox states it works on, and a row locked by a running
-//!   transaction carries that transaction's id in `xmax`, which `pg_stat_activity.backend_xid`
-//!   names (pid, application name, client address, user);
-//! * **consumer outbox**: messages of consumed inbox rows (`InboxMessageId` set) and inbox rows
-//!   consumed but not delivered — stranded once older than the sweeper's age (`--stranded-after`,
-//!   5 minutes by default, as `PostgresStorage::sweep_after`);
-//! * **inbox**: rows, delivered rows, rows past the duplicate-detection window that the cleanup
-//!   removes (`--cleanup-window`, 30 minutes by default, as `PostgresStorage::duplicate_window`),
-//!   and rows never consumed.
-//!
-//! Times are compared in UTC (`SET LOCAL TIME ZONE 'UTC'`), so tables with Npgsql's legacy
-//! `timestamp without time zone` columns read as ferrybus writes them.
+//! `ferrybus outbox status`: the storage crate's status of a table set
+//! ([`ferrybus_sea_orm::status::outbox_status_with`]: what waits in the bus outbox, who is
+//! delivering it, the consumer outbox and its stranded rows, the inbox and the rows past the
+//! cleanup window, from one read-only snapshot), as a table for people and JSON for scripts.
 
+use std::io::Write;
 use std::time::Duration;
 
-use chrono::Utc;
-use sea_orm::sea_query::{
-    Alias, Asterisk, Expr, Func, JoinType, Order, PostgresQueryBuilder, Query, SelectStatement,
-    SimpleExpr,
-};
-use sea_orm::{
-    AccessMode, ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, QueryResult,
-    Statement, TransactionTrait,
-};
+use chrono::TimeDelta;
+use ferrybus_sea_orm::status::{self, OutboxStatus, Windows};
+use ferrybus_sea_orm::Tables;
+use sea_orm::DatabaseConnection;
 use serde::Serialize;
 
 use crate::error::CliError;
-use crate::storage::TableSet;
-
-/// The thresholds of the report.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Windows {
-    /// Consumed, undelivered inbox rows older than this are stranded.
-    pub(crate) stranded_after: Duration,
-    /// Delivered inbox rows older than this are past the cleanup window.
-    pub(crate) cleanup_window: Duration,
-}
+use crate::storage::Naming;
 
 /// The status of one table set (one line of `--json`).
 #[derive(Debug, Serialize)]
@@ -127,250 +99,167 @@ pub(crate) struct Inbox {
     pub(crate) oldest_delivered_age_seconds: Option<f64>,
 }
 
-/// Identifiers of one table set.
-struct Names<'a> {
-    set: &'a TableSet,
-}
-
-impl Names<'_> {
-    fn table(&self, name: &str) -> (Alias, Alias) {
-        (Alias::new(self.set.schema.as_str()), Alias::new(name))
-    }
-    fn col(&self, pascal: &str) -> SimpleExpr {
-        Expr::col(Alias::new(self.set.naming.column(pascal))).into()
-    }
-}
-
-fn count() -> SimpleExpr {
-    Func::count(Expr::col(Asterisk)).into()
-}
-
-/// `EXTRACT(EPOCH FROM now() - min(col))` as float8 seconds.
-fn age_of_min(col: SimpleExpr) -> SimpleExpr {
-    Expr::cust_with_expr("EXTRACT(EPOCH FROM (now() - $1))::float8", Func::min(col))
-}
-
-/// `EXTRACT(EPOCH FROM now() - min(col) FILTER (WHERE key IS NOT NULL))` as float8 seconds.
-fn oldest_where(col: SimpleExpr, key: SimpleExpr) -> SimpleExpr {
-    Expr::cust_with_exprs(
-        "EXTRACT(EPOCH FROM (now() - min($1) FILTER (WHERE $2 IS NOT NULL)))::float8",
-        [col, key],
-    )
-}
-
-fn filtered_count(cond: SimpleExpr) -> SimpleExpr {
-    Expr::cust_with_expr("(count(*) FILTER (WHERE $1))::bigint", cond)
-}
-
-async fn one(
-    txn: &DatabaseTransaction,
-    query: &SelectStatement,
-    what: &str,
-) -> Result<QueryResult, CliError> {
-    let (sql, values) = query.build(PostgresQueryBuilder);
-    txn.query_one(Statement::from_sql_and_values(
-        DbBackend::Postgres,
-        sql,
-        values,
-    ))
-    .await
-    .map_err(|e| CliError::database(what, e))?
-    .ok_or_else(|| CliError::database(what, "no row"))
-}
-
-fn get<T: sea_orm::TryGetable>(row: &QueryResult, column: &str, what: &str) -> Result<T, CliError> {
-    row.try_get("", column)
-        .map_err(|e| CliError::database(what, e))
-}
-
-/// Reads the status of `set`.
+/// Reads the status of `tables` (found by the schema check) with `windows`.
 pub(crate) async fn status(
     db: &DatabaseConnection,
-    set: &TableSet,
+    tables: &Tables,
     windows: Windows,
 ) -> Result<Status, CliError> {
-    let txn = db
-        .begin_with_config(None, Some(AccessMode::ReadOnly))
+    let status = status::outbox_status_with(db, tables, windows)
         .await
-        .map_err(|e| CliError::database("starting a read-only transaction", e))?;
-    txn.execute_unprepared("SET LOCAL TIME ZONE 'UTC'")
-        .await
-        .map_err(|e| CliError::database("setting the time zone", e))?;
-    let result = read(&txn, set, windows).await;
-    let _ = txn.rollback().await;
-    result
+        .map_err(|e| {
+            CliError::database(
+                format!(
+                    "reading the outbox tables of schema {}",
+                    tables.schema_name()
+                ),
+                e,
+            )
+        })?;
+    Ok(present(tables, &status))
 }
 
-async fn read(
-    txn: &DatabaseTransaction,
-    set: &TableSet,
-    windows: Windows,
-) -> Result<Status, CliError> {
-    let n = Names { set };
-    let now = Utc::now();
-    let cutoff = |d: Duration| now - chrono::Duration::from_std(d).unwrap_or(chrono::Duration::MAX);
+fn seconds(age: Option<TimeDelta>) -> Option<f64> {
+    age.map(TimeDelta::as_seconds_f64)
+}
 
-    // Bus outbox: states and their messages.
-    let what = format!("reading {}.{}", set.schema, set.state);
-    let row = one(
-        txn,
-        Query::select()
-            .expr_as(count(), Alias::new("n"))
-            .from(n.table(&set.state))
-            .and_where(Expr::expr(n.col("Delivered")).is_null()),
-        &what,
-    )
-    .await?;
-    let outboxes: i64 = get(&row, "n", &what)?;
-
-    let what = format!("reading {}.{}", set.schema, set.message);
-    let row = one(
-        txn,
-        Query::select()
-            .expr_as(
-                filtered_count(Expr::expr(n.col("OutboxId")).is_not_null()),
-                Alias::new("bus"),
-            )
-            .expr_as(
-                filtered_count(Expr::expr(n.col("InboxMessageId")).is_not_null()),
-                Alias::new("consumer"),
-            )
-            .expr_as(
-                oldest_where(n.col("SentTime"), n.col("OutboxId")),
-                Alias::new("bus_age"),
-            )
-            .expr_as(
-                oldest_where(n.col("SentTime"), n.col("InboxMessageId")),
-                Alias::new("consumer_age"),
-            )
-            .from(n.table(&set.message)),
-        &what,
-    )
-    .await?;
-    let bus_messages: i64 = get(&row, "bus", &what)?;
-    let consumer_messages: i64 = get(&row, "consumer", &what)?;
-    let bus_age: Option<f64> = get(&row, "bus_age", &what)?;
-    let consumer_age: Option<f64> = get(&row, "consumer_age", &what)?;
-
-    // Who holds row locks on outbox states right now.
-    let what = format!("reading the locks on {}.{}", set.schema, set.state);
-    let group = [
-        "a.pid",
-        "a.application_name",
-        "a.client_addr",
-        "a.usename",
-        "a.xact_start",
-    ];
-    let query = Query::select()
-        .expr_as(Expr::cust("a.pid"), Alias::new("pid"))
-        .expr_as(
-            Expr::cust("NULLIF(a.application_name, '')"),
-            Alias::new("application"),
-        )
-        .expr_as(Expr::cust("host(a.client_addr)"), Alias::new("client"))
-        .expr_as(Expr::cust("a.usename::text"), Alias::new("usename"))
-        .expr_as(Expr::cust("count(*)::bigint"), Alias::new("outboxes"))
-        .expr_as(
-            Expr::cust("EXTRACT(EPOCH FROM (now() - a.xact_start))::float8"),
-            Alias::new("age"),
-        )
-        .from_as(n.table(&set.state), Alias::new("s"))
-        .join_as(
-            JoinType::InnerJoin,
-            (Alias::new("pg_catalog"), Alias::new("pg_stat_activity")),
-            Alias::new("a"),
-            Expr::cust("a.backend_xid::text = s.xmax::text"),
-        )
-        .and_where(Expr::cust("a.pid <> pg_backend_pid()"))
-        .add_group_by(group.map(Expr::cust))
-        .order_by_expr(Expr::cust("a.pid"), Order::Asc)
-        .to_owned();
-    let (sql, values) = query.build(PostgresQueryBuilder);
-    let rows = txn
-        .query_all(Statement::from_sql_and_values(
-            DbBackend::Postgres,
-            sql,
-            values,
-        ))
-        .await
-        .map_err(|e| CliError::database(&what, e))?;
-    let mut being_delivered = Vec::new();
-    for row in rows {
-        being_delivered.push(Deliverer {
-            pid: get(&row, "pid", &what)?,
-            application: get(&row, "application", &what)?,
-            client: get(&row, "client", &what)?,
-            user: get(&row, "usename", &what)?,
-            outboxes: get(&row, "outboxes", &what)?,
-            transaction_age_seconds: get(&row, "age", &what)?,
-        });
-    }
-
-    // The inbox: consumed-not-delivered rows (consumer outbox) and the cleanup's view.
-    let what = format!("reading {}.{}", set.schema, set.inbox);
-    let consumed = || Expr::expr(n.col("Consumed"));
-    let delivered = || Expr::expr(n.col("Delivered"));
-    let row = one(
-        txn,
-        Query::select()
-            .expr_as(Expr::cust("count(*)::bigint"), Alias::new("rows"))
-            .expr_as(
-                filtered_count(delivered().is_not_null()),
-                Alias::new("delivered"),
-            )
-            .expr_as(
-                filtered_count(consumed().is_null()),
-                Alias::new("not_consumed"),
-            )
-            .expr_as(
-                filtered_count(consumed().is_not_null().and(delivered().is_null())),
-                Alias::new("pending"),
-            )
-            .expr_as(
-                filtered_count(
-                    consumed()
-                        .is_not_null()
-                        .and(delivered().is_null())
-                        .and(consumed().lt(cutoff(windows.stranded_after))),
-                ),
-                Alias::new("stranded"),
-            )
-            .expr_as(
-                filtered_count(delivered().lt(cutoff(windows.cleanup_window))),
-                Alias::new("past_window"),
-            )
-            .expr_as(
-                age_of_min(n.col("Delivered")),
-                Alias::new("oldest_delivered"),
-            )
-            .from(n.table(&set.inbox)),
-        &what,
-    )
-    .await?;
-    Ok(Status {
-        schema: set.schema.clone(),
-        naming: set.naming.as_str(),
-        tables: [set.inbox.clone(), set.state.clone(), set.message.clone()],
+/// The storage crate's figures as the tool reports them: ages in seconds from the snapshot's
+/// time.
+fn present(tables: &Tables, s: &OutboxStatus) -> Status {
+    let (b, c, i) = (&s.bus_outbox, &s.consumer_outbox, &s.inbox);
+    Status {
+        schema: tables.schema_name().to_owned(),
+        naming: Naming::name_of(tables.naming_style()),
+        tables: [
+            tables.inbox_state().to_owned(),
+            tables.outbox_state().to_owned(),
+            tables.outbox_message().to_owned(),
+        ],
         bus_outbox: BusOutbox {
-            outboxes,
-            messages: bus_messages,
-            oldest_message_age_seconds: bus_age,
-            being_delivered,
+            outboxes: b.outboxes,
+            messages: b.messages,
+            oldest_message_age_seconds: seconds(s.age(b.oldest_message)),
+            being_delivered: b
+                .being_delivered
+                .iter()
+                .map(|d| Deliverer {
+                    pid: d.pid,
+                    application: d.application.clone(),
+                    client: d.client.clone(),
+                    user: d.user.clone(),
+                    outboxes: d.outboxes,
+                    transaction_age_seconds: seconds(s.age(d.transaction_start)),
+                })
+                .collect(),
         },
         consumer_outbox: ConsumerOutbox {
-            messages: consumer_messages,
-            oldest_message_age_seconds: consumer_age,
-            pending_inbox_rows: get(&row, "pending", &what)?,
-            stranded: get(&row, "stranded", &what)?,
-            stranded_after_seconds: windows.stranded_after.as_secs(),
+            messages: c.messages,
+            oldest_message_age_seconds: seconds(s.age(c.oldest_message)),
+            pending_inbox_rows: c.pending_inbox_rows,
+            stranded: c.stranded,
+            stranded_after_seconds: s.windows.stranded_after.as_secs(),
         },
         inbox: Inbox {
-            rows: get(&row, "rows", &what)?,
-            delivered: get(&row, "delivered", &what)?,
-            not_consumed: get(&row, "not_consumed", &what)?,
-            past_cleanup_window: get(&row, "past_window", &what)?,
-            cleanup_window_seconds: windows.cleanup_window.as_secs(),
-            oldest_delivered_age_seconds: get(&row, "oldest_delivered", &what)?,
+            rows: i.rows,
+            delivered: i.delivered,
+            not_consumed: i.not_consumed,
+            past_cleanup_window: i.past_cleanup_window,
+            cleanup_window_seconds: s.windows.cleanup_window.as_secs(),
+            oldest_delivered_age_seconds: seconds(s.age(i.oldest_delivered)),
         },
-    })
+    }
+}
+
+fn age(seconds: Option<f64>) -> String {
+    match seconds {
+        None => "-".to_owned(),
+        Some(s) => {
+            let whole = Duration::from_secs(s.max(0.0).round() as u64);
+            humantime::format_duration(whole).to_string()
+        }
+    }
+}
+
+/// Prints `s` for people.
+pub(crate) fn print(out: &mut impl Write, s: &Status) -> Result<(), CliError> {
+    use comfy_table::{presets, Table};
+    writeln!(
+        out,
+        "schema {} ({} naming: {}, {}, {})",
+        s.schema, s.naming, s.tables[0], s.tables[1], s.tables[2]
+    )?;
+    let mut table = Table::new();
+    table.load_preset(presets::UTF8_FULL_CONDENSED);
+    table.set_header(["", "now", "oldest"]);
+    let b = &s.bus_outbox;
+    table.add_row([
+        "bus outbox: pending messages".to_owned(),
+        format!("{} in {} outboxes", b.messages, b.outboxes),
+        age(b.oldest_message_age_seconds),
+    ]);
+    let delivering = if b.being_delivered.is_empty() {
+        "nobody".to_owned()
+    } else {
+        b.being_delivered
+            .iter()
+            .map(|d| {
+                format!(
+                    "pid {} {}{}{} ({} outboxes)",
+                    d.pid,
+                    d.application.as_deref().unwrap_or("(no application name)"),
+                    d.user
+                        .as_deref()
+                        .map(|u| format!(" as {u}"))
+                        .unwrap_or_default(),
+                    d.client
+                        .as_deref()
+                        .map(|c| format!(" from {c}"))
+                        .unwrap_or_default(),
+                    d.outboxes
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    table.add_row([
+        "bus outbox: being delivered by".to_owned(),
+        delivering,
+        "-".to_owned(),
+    ]);
+    let c = &s.consumer_outbox;
+    table.add_row([
+        "consumer outbox: messages to send".to_owned(),
+        c.messages.to_string(),
+        age(c.oldest_message_age_seconds),
+    ]);
+    table.add_row([
+        "consumer outbox: consumed, not delivered".to_owned(),
+        format!(
+            "{} ({} stranded, older than {})",
+            c.pending_inbox_rows,
+            c.stranded,
+            age(Some(c.stranded_after_seconds as f64))
+        ),
+        "-".to_owned(),
+    ]);
+    let i = &s.inbox;
+    table.add_row([
+        "inbox: rows".to_owned(),
+        format!(
+            "{} ({} delivered, {} not consumed)",
+            i.rows, i.delivered, i.not_consumed
+        ),
+        age(i.oldest_delivered_age_seconds),
+    ]);
+    table.add_row([
+        "inbox: past the cleanup window".to_owned(),
+        format!(
+            "{} (older than {})",
+            i.past_cleanup_window,
+            age(Some(i.cleanup_window_seconds as f64))
+        ),
+        "-".to_owned(),
+    ]);
+    writeln!(out, "{table}")?;
+    Ok(())
 }

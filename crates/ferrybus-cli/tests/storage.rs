@@ -227,6 +227,30 @@ async fn check_names_what_ferrybus_cannot_use() {
         "{report}"
     );
 
+    // The status refuses to read them in the wrong naming, and says why.
+    let line = failure(
+        &run(&[
+            "outbox",
+            "status",
+            "--schema",
+            s,
+            "--naming",
+            "pascal",
+            "--inbox-table",
+            "inbox_state",
+            "--outbox-state-table",
+            "outbox_state",
+            "--outbox-message-table",
+            "outbox_message",
+        ])
+        .await,
+        1,
+    );
+    assert_eq!(
+        line,
+        "error: inbox_state has snake columns, not pascal: use --naming snake (FERRYBUS_NAMING=snake)"
+    );
+
     // A pre-8.1 message table, no unique key, a NOT NULL column ferrybus does not write.
     schema.exec(&format!(
         r#"ALTER TABLE "{s}".outbox_message DROP COLUMN message_type;
@@ -259,6 +283,30 @@ async fn check_names_what_ferrybus_cannot_use() {
     assert!(
         line.contains(&format!("no inbox table in schema {missing}")),
         "{line}"
+    );
+}
+
+/// One of the two foreign keys missing: usable, and the note says which one `migrate` adds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn check_notes_a_missing_foreign_key() {
+    let schema = TestSchema::new(Shape::CanonicalFixture).await;
+    let s = &schema.schema;
+    schema
+        .exec(&format!(
+            r#"ALTER TABLE "{s}"."OutboxMessage" DROP CONSTRAINT "FK_OutboxMessage_OutboxState_OutboxId""#
+        ))
+        .await;
+    let json = one_json(&run(&["migrate", "--check", "--schema", s, "--json"]).await);
+    assert_eq!(json["ok"], true, "{json}");
+    assert_eq!(
+        json["foreignKeys"],
+        serde_json::json!(["OutboxMessage → InboxState"])
+    );
+    assert_eq!(
+        json["notes"],
+        serde_json::json!([
+            "no foreign key to OutboxState (MassTransit < 8.3 shape); `ferrybus migrate` would add it"
+        ])
     );
 }
 

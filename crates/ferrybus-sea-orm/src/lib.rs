@@ -16,10 +16,11 @@
 //!   8.5's shape (any schema, table names and naming style: [`Tables`]): as sea-orm-migration
 //!   migrations for your own `Migrator` ([`migrate::migrations`]), through ferrybus's
 //!   idempotent runner ([`Migrator`], what [`PostgresStorage::migrate`] runs), or as plain SQL
-//!   ([`migrate::sql`]); [`migrate::check`] compares an existing schema;
+//!   ([`migrate::sql`]); [`migrate::check`] compares an existing schema with what ferrybus
+//!   needs, and [`migrate::check_search`] first finds it (naming read from the columns);
 //! * [`entity`] has sea-orm entities for the three tables (both namings) and
-//!   [`Retarget`](entity::Retarget) for configured schemas and names; [`status`] counts what
-//!   is waiting.
+//!   [`Retarget`](entity::Retarget) for configured schemas and names; [`status`] reads what is
+//!   waiting, what is stranded or past the cleanup window, and who is delivering it.
 //!
 //! See `docs/inbox-outbox.md` for guarantees, costs and sharing tables with .NET.
 //!

@@ -1,6 +1,7 @@
 //! The entities: each table queried and written through its entity, on both namings, in a
 //! configured schema ([`Retarget::on`]); rows ferrybus wrote read back through them; the status
-//! counts; and ferrybus's migrations run from a user's sea-orm-migration `Migrator`.
+//! counts (on every table shape: windows, lock holders, ages); and ferrybus's migrations run from
+//! a user's sea-orm-migration `Migrator`.
 
 use std::sync::OnceLock;
 
@@ -199,8 +200,11 @@ macro_rules! exercise_entities {
             "urn:message:Billing.Contracts:OrderPlaced"
         );
         let status = status::outbox_status(db, &tables).await.unwrap();
-        assert_eq!((status.bus_outboxes, status.bus_messages), (2, 1));
-        assert_eq!((status.inbox_rows, status.consumer_messages), (1, 1));
+        assert_eq!(
+            (status.bus_outbox.outboxes, status.bus_outbox.messages),
+            (2, 1)
+        );
+        assert_eq!((status.inbox.rows, status.consumer_outbox.messages), (1, 1));
     }};
 }
 
@@ -255,6 +259,162 @@ async fn entities_refuse_the_other_naming() {
         .on(&Tables::new().schema("elsewhere"))
         .is_ok());
 }
+
+/// `now() - <ago>` as this shape's time columns hold it (UTC wall-clock time for Npgsql's legacy
+/// `timestamp without time zone`).
+fn ago(shape: Shape, ago: &str) -> String {
+    match shape {
+        Shape::BookwormLegacy | Shape::CanonicalLegacy => {
+            format!("(now() AT TIME ZONE 'UTC') - interval '{ago}'")
+        }
+        _ => format!("now() - interval '{ago}'"),
+    }
+}
+
+/// The whole seconds from `at` to the status's snapshot.
+fn secs(status: &status::OutboxStatus, at: Option<chrono::DateTime<Utc>>) -> i64 {
+    status.age(at).expect("a time").num_seconds()
+}
+
+/// Every figure of the status, with the default and other windows, a delivery service's row
+/// locks, and the ages of the oldest rows (read as UTC on the legacy shapes too).
+async fn status_counts_what_waits(shape: Shape) {
+    let tdb = TestSchema::new(shape).await;
+    let tables = tdb.tables();
+    let c = |name: &str| tdb.c(name);
+    let (inbox, state, message) = (tdb.t("inbox"), tdb.t("state"), tdb.t("message"));
+    let (pending, done) = (Uuid::new_v4(), Uuid::new_v4());
+    let consumer = Uuid::new_v4();
+    let [stranded, fresh, expired, recent, unconsumed] = [(); 5].map(|()| Uuid::new_v4());
+    let row = |id: Uuid, consumed: Option<&str>, delivered: Option<&str>| {
+        let at = |t: Option<&str>| t.map_or("NULL".to_owned(), |t| ago(shape, t));
+        format!(
+            "('{id}', '{consumer}', '{}', {}, 0, {}, {})",
+            Uuid::new_v4(),
+            ago(shape, "3 hours"),
+            at(consumed),
+            at(delivered)
+        )
+    };
+    tdb.exec(&format!(
+        "INSERT INTO {state} ({}, {}, {}, {}) VALUES ('{pending}', '{}', {}, NULL), ('{done}', '{}', {}, {});
+         INSERT INTO {message} ({}, {}, {}, {}, {}, {}) SELECT {}, gen_random_uuid(), 'application/vnd.masstransit+json', 'urn:message:A:B', '{{}}', '{pending}' FROM generate_series(1, 2);
+         INSERT INTO {inbox} ({}, {}, {}, {}, {}, {}, {}) VALUES {}, {}, {}, {}, {};
+         INSERT INTO {message} ({}, {}, {}, {}, {}, {}, {}) VALUES ({}, gen_random_uuid(), 'application/vnd.masstransit+json', 'urn:message:A:C', '{{}}', '{stranded}', '{consumer}')",
+        c("OutboxId"), c("LockId"), c("Created"), c("Delivered"),
+        Uuid::nil(), ago(shape, "3 minutes"), Uuid::nil(), ago(shape, "9 minutes"), ago(shape, "1 minute"),
+        c("SentTime"), c("MessageId"), c("ContentType"), c("MessageType"), c("Body"), c("OutboxId"),
+        ago(shape, "4 minutes"),
+        c("MessageId"), c("ConsumerId"), c("LockId"), c("Received"), c("ReceiveCount"), c("Consumed"), c("Delivered"),
+        row(stranded, Some("10 minutes"), None),
+        row(fresh, Some("1 minute"), None),
+        row(expired, Some("2 hours"), Some("2 hours")),
+        row(recent, Some("1 minute"), Some("1 minute")),
+        row(unconsumed, None, None),
+        c("SentTime"), c("MessageId"), c("ContentType"), c("MessageType"), c("Body"), c("InboxMessageId"), c("InboxConsumerId"),
+        ago(shape, "10 minutes"),
+    ))
+    .await;
+
+    // A delivery service at work: a transaction holding the outbox states' row locks.
+    let mut options = ConnectOptions::new(database_url());
+    options.max_connections(1).sqlx_logging(false);
+    let deliverer = Database::connect(options).await.unwrap();
+    let txn = deliverer.begin().await.unwrap();
+    txn.execute_unprepared("SET LOCAL application_name = 'status-test-delivery'")
+        .await
+        .unwrap();
+    txn.execute_unprepared(&format!("SELECT {} FROM {state} FOR UPDATE", c("OutboxId")))
+        .await
+        .unwrap();
+
+    // Read in a session whose time zone is not UTC (sqlx's sessions are): the ages must not
+    // move. One connection, so the session setting stays.
+    let mut options = ConnectOptions::new(database_url());
+    options
+        .max_connections(1)
+        .min_connections(1)
+        .sqlx_logging(false);
+    let db = Database::connect(options).await.unwrap();
+    db.execute_unprepared("SET TIME ZONE 'America/St_Johns'")
+        .await
+        .unwrap();
+    let zone = db
+        .query_one(sea_orm::Statement::from_string(
+            sea_orm::DbBackend::Postgres,
+            "SELECT current_setting('TimeZone') AS z",
+        ))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(zone.try_get::<String>("", "z").unwrap(), "America/St_Johns");
+
+    let status = status::outbox_status(&db, &tables).await.unwrap();
+    assert_eq!(status.windows, status::Windows::default());
+    let bus = &status.bus_outbox;
+    assert_eq!(
+        (bus.outboxes, bus.messages),
+        (1, 2),
+        "the delivered outbox is not pending"
+    );
+    assert!(
+        (170..300).contains(&secs(&status, bus.oldest_outbox)),
+        "{bus:?}"
+    );
+    assert!(
+        (230..360).contains(&secs(&status, bus.oldest_message)),
+        "{bus:?}"
+    );
+    let [holder] = &bus.being_delivered[..] else {
+        panic!("one session delivers: {bus:?}")
+    };
+    assert_eq!(holder.application.as_deref(), Some("status-test-delivery"));
+    assert_eq!(holder.outboxes, 2, "it locked both states");
+    assert_eq!(holder.user.as_deref(), Some("postgres"));
+    assert!(secs(&status, holder.transaction_start) >= 0);
+    let consumer_outbox = &status.consumer_outbox;
+    assert_eq!(consumer_outbox.messages, 1);
+    assert!((590..720).contains(&secs(&status, consumer_outbox.oldest_message)));
+    assert_eq!(consumer_outbox.pending_inbox_rows, 2);
+    assert_eq!(
+        consumer_outbox.stranded, 1,
+        "consumed 10 minutes ago, stranded after 5"
+    );
+    assert!((590..720).contains(&secs(&status, consumer_outbox.oldest_pending)));
+    let inbox_status = &status.inbox;
+    assert_eq!(inbox_status.rows, 5);
+    assert_eq!(inbox_status.delivered, 2);
+    assert_eq!(inbox_status.not_consumed, 1);
+    assert_eq!(
+        inbox_status.past_cleanup_window, 1,
+        "delivered 2 hours ago, window 30 min"
+    );
+    assert!((7190..7320).contains(&secs(&status, inbox_status.oldest_delivered)));
+    txn.rollback().await.unwrap();
+
+    let hour = std::time::Duration::from_secs(3600);
+    let windows = status::Windows::default()
+        .stranded_after(hour)
+        .cleanup_window(hour * 3);
+    let status = status::outbox_status_with(&db, &tables, windows)
+        .await
+        .unwrap();
+    assert_eq!(status.windows, windows);
+    assert_eq!(status.consumer_outbox.stranded, 0);
+    assert_eq!(status.inbox.past_cleanup_window, 0);
+    assert_eq!(status.bus_outbox.being_delivered, [], "the locks are gone");
+    let windows = status::Windows::default()
+        .stranded_after(std::time::Duration::from_secs(30))
+        .cleanup_window(std::time::Duration::from_secs(30));
+    let status = status::outbox_status_with(&db, &tables, windows)
+        .await
+        .unwrap();
+    assert_eq!(status.consumer_outbox.stranded, 2);
+    assert_eq!(status.inbox.past_cleanup_window, 2);
+    db.close().await.unwrap();
+}
+
+ferrybus_testing::on_every_shape!(status_counts_what_waits);
 
 /// The schema of the user's migrator below (its `migrations()` is a static function).
 static APP_SCHEMA: OnceLock<String> = OnceLock::new();

@@ -6,8 +6,9 @@ mod common;
 use std::time::Duration;
 
 use common::TestDb;
-use ferrybus_sea_orm::migrate::SchemaProblem;
-use ferrybus_sea_orm::{migrate, Migrator, Tables};
+use ferrybus_sea_orm::entity::OutboxTable;
+use ferrybus_sea_orm::migrate::{SchemaProblem, TableSearch, TableStatus};
+use ferrybus_sea_orm::{migrate, Migrator, NamingStyle, Tables, TimestampType};
 use ferrybus_testing::Shape;
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
 use uuid::Uuid;
@@ -222,8 +223,211 @@ async fn schema_check_finds_what_is_missing(shape: Shape) {
     )));
 }
 
+const TABLES: [OutboxTable; 3] = [
+    OutboxTable::InboxState,
+    OutboxTable::OutboxState,
+    OutboxTable::OutboxMessage,
+];
+
+/// The search by schema alone finds each shape's tables, reads their naming and time type,
+/// and lists the foreign keys; the wrong naming given is named as such.
+async fn check_search_detects_the_tables(shape: Shape) {
+    let tdb = TestDb::new(shape).await;
+    let tables = tdb.tables();
+    let legacy = matches!(shape, Shape::BookwormLegacy | Shape::CanonicalLegacy);
+    let report = migrate::check_search(&tdb.db, &TableSearch::new(&tdb.schema))
+        .await
+        .unwrap();
+    assert!(report.naming_detected && report.found());
+    assert_eq!(report.tables, tables.clone().timestamps(tdb.timestamps()));
+    assert!(report.is_usable(), "{:?}", report.problems);
+    for table in TABLES {
+        assert_eq!(
+            report.table_status(table),
+            Some(TableStatus::Ok),
+            "{table:?}"
+        );
+    }
+    assert_eq!(report.timestamps, [tdb.timestamps()]);
+    assert_eq!(report.timestamp_type(), Some(tdb.timestamps()));
+    let fks: Vec<&str> = report
+        .foreign_keys
+        .iter()
+        .map(|k| k.references.as_str())
+        .collect();
+    if legacy {
+        assert_eq!(fks, Vec::<&str>::new());
+    } else {
+        let mut expected = [tables.inbox_state(), tables.outbox_state()];
+        expected.sort();
+        assert_eq!(fks, expected);
+        assert!(report
+            .foreign_keys
+            .iter()
+            .all(|k| k.table == tables.outbox_message() && k.references_schema == tdb.schema));
+    }
+    // What `check` says of the same tables, given.
+    let given = migrate::check(&tdb.db, &tables).await.unwrap();
+    assert_eq!(given.problems, report.problems);
+    assert!(!given.naming_detected);
+
+    // The other naming, with the tables' names.
+    let other = match shape.naming() {
+        NamingStyle::SnakeCase => NamingStyle::PascalCase,
+        NamingStyle::PascalCase => NamingStyle::SnakeCase,
+    };
+    let search = TableSearch::new(&tdb.schema)
+        .naming(other)
+        .inbox_state(tables.inbox_state())
+        .outbox_state(tables.outbox_state())
+        .outbox_message(tables.outbox_message());
+    let report = migrate::check_search(&tdb.db, &search).await.unwrap();
+    assert_eq!(
+        report.problems[0],
+        SchemaProblem::NamingMismatch {
+            table: tables.inbox_state().to_owned(),
+            found: shape.naming(),
+            configured: other,
+        }
+    );
+    assert!(!report.is_usable() && !report.naming_detected);
+    assert_eq!(
+        report.tables.naming_style(),
+        shape.naming(),
+        "checked as they are"
+    );
+    assert_eq!(
+        report.table_status(OutboxTable::InboxState),
+        Some(TableStatus::Ok)
+    );
+
+    // The other naming's default names: nothing there.
+    let report = migrate::check_search(&tdb.db, &TableSearch::new(&tdb.schema).naming(other))
+        .await
+        .unwrap();
+    assert!(!report.found());
+    assert!(matches!(
+        &report.problems[..],
+        [SchemaProblem::NoInboxTable { looked_for, .. }] if looked_for.len() == 1
+    ));
+    assert_eq!(report.table_status(OutboxTable::InboxState), None);
+}
+
+/// Defaults, `NOT NULL`s and the inbox key: what ferrybus's inserts need.
+async fn check_names_what_inserts_need(shape: Shape) {
+    let tdb = TestDb::new(shape).await;
+    let tables = tdb.tables();
+    let (inbox, state, message) = (tdb.t("inbox"), tdb.t("state"), tdb.t("message"));
+    // A unique index instead of the unique constraint (columns in the other order) will do.
+    tdb.exec(&format!(
+        "DO $$ DECLARE r record; BEGIN FOR r IN SELECT conname FROM pg_constraint \
+         WHERE conrelid = '{inbox}'::regclass AND contype = 'u' LOOP \
+         EXECUTE format('ALTER TABLE {inbox} DROP CONSTRAINT %I CASCADE', r.conname); END LOOP; END $$; \
+         CREATE UNIQUE INDEX inbox_key ON {inbox} ({}, {})",
+        tdb.c("ConsumerId"),
+        tdb.c("MessageId")
+    ))
+    .await;
+    let report = migrate::check(&tdb.db, &tables).await.unwrap();
+    assert!(report.is_usable(), "{:?}", report.problems);
+    // A partial one will not (ON CONFLICT cannot infer it).
+    tdb.exec(&format!(
+        "DROP INDEX \"{}\".inbox_key; CREATE UNIQUE INDEX inbox_key ON {inbox} ({}, {}) WHERE {} IS NOT NULL",
+        tdb.schema,
+        tdb.c("MessageId"),
+        tdb.c("ConsumerId"),
+        tdb.c("Received")
+    ))
+    .await;
+    tdb.exec(&format!(
+        "ALTER TABLE {state} ADD COLUMN tenant text NOT NULL; \
+         ALTER TABLE {state} ADD COLUMN region text NOT NULL DEFAULT 'eu'; \
+         ALTER TABLE {inbox} ALTER COLUMN {} SET NOT NULL; \
+         ALTER TABLE {message} ALTER COLUMN {} DROP IDENTITY",
+        tdb.c("ExpirationTime"),
+        tdb.c("SequenceNumber"),
+    ))
+    .await;
+    let report = migrate::check(&tdb.db, &tables).await.unwrap();
+    let column = |c: &str| tdb.c(c).trim_matches('"').to_owned();
+    let expected = [
+        SchemaProblem::NotNullWithoutDefault {
+            table: tables.inbox_state().to_owned(),
+            column: column("ExpirationTime"),
+            masstransit: true,
+        },
+        SchemaProblem::NotNullWithoutDefault {
+            table: tables.outbox_state().to_owned(),
+            column: "tenant".to_owned(),
+            masstransit: false,
+        },
+        SchemaProblem::MissingDefault {
+            table: tables.outbox_message().to_owned(),
+            column: column("SequenceNumber"),
+        },
+        SchemaProblem::MissingInboxKey {
+            table: tables.inbox_state().to_owned(),
+            columns: [column("MessageId"), column("ConsumerId")],
+        },
+    ];
+    assert_eq!(
+        report.problems[..4],
+        expected,
+        "in report order: {:?}",
+        report.problems
+    );
+    // The unique constraint's CASCADE took the foreign key to the inbox (where there was one).
+    assert!(report.problems[4..]
+        .iter()
+        .all(|p| matches!(p, SchemaProblem::MissingForeignKey { .. })));
+    assert!(!report.is_usable());
+    for table in TABLES {
+        assert_eq!(report.table_status(table), Some(TableStatus::Problems));
+    }
+    assert_eq!(
+        report.problems[3].to_string(),
+        format!(
+            "{} has no unique key on ({}, {}) (MassTransit < 8.0.8): the inbox cannot detect duplicates",
+            tables.inbox_state(),
+            column("MessageId"),
+            column("ConsumerId")
+        )
+    );
+
+    // A missing table, and time columns of both types.
+    tdb.exec(&format!(
+        "DROP TABLE {message}; ALTER TABLE {state} ALTER COLUMN {} TYPE timestamp without time zone; \
+         ALTER TABLE {state} ALTER COLUMN {} TYPE timestamp with time zone",
+        tdb.c("Created"),
+        tdb.c("Delivered")
+    ))
+    .await;
+    let report = migrate::check(&tdb.db, &tables).await.unwrap();
+    assert_eq!(
+        report.table_status(OutboxTable::OutboxMessage),
+        Some(TableStatus::Missing)
+    );
+    assert!(report.problems.contains(&SchemaProblem::MissingTable {
+        schema: tdb.schema.clone(),
+        table: tables.outbox_message().to_owned(),
+    }));
+    assert!(report.foreign_keys.is_empty());
+    assert_eq!(
+        report.timestamps,
+        [TimestampType::WithTimeZone, TimestampType::WithoutTimeZone]
+    );
+    assert_eq!(report.timestamp_type(), None);
+    assert_eq!(
+        report.tables.timestamp_type(),
+        tdb.timestamps(),
+        "from Received"
+    );
+}
+
 ferrybus_testing::on_every_shape!(
     migrator_is_idempotent,
     cleanup_removes_exactly_expired_rows,
-    schema_check_finds_what_is_missing
+    schema_check_finds_what_is_missing,
+    check_search_detects_the_tables,
+    check_names_what_inserts_need
 );

@@ -4,10 +4,10 @@
 //! `OutboxStateEntityConfiguration.cs`, `OutboxMessageEntityConfiguration.cs`).
 
 use sea_orm::sea_query::{
-    Alias, Asterisk, ColumnDef, Expr, ForeignKey, ForeignKeyCreateStatement, Func, Index,
-    IndexCreateStatement, IntoIden, Query, SimpleExpr, TableCreateStatement,
+    Alias, ColumnDef, ForeignKey, ForeignKeyCreateStatement, Func, Index, IndexCreateStatement,
+    Query, TableCreateStatement,
 };
-use sea_orm::{ConnectionTrait, DbErr, FromQueryResult};
+use sea_orm::{ConnectionTrait, DbErr};
 use sea_orm_migration::{MigrationName, MigrationTrait, SchemaManager};
 
 use crate::config::Tables;
@@ -67,7 +67,7 @@ impl MigrationName for CreateOutboxTables {
 #[async_trait::async_trait]
 impl MigrationTrait for CreateOutboxTables {
     /// Takes the advisory lock (until the migration's transaction ends; sea-orm-migration runs
-    /// PostgreSQL migrations in one), runs [`steps`](Self::steps), then adds a foreign key
+    /// PostgreSQL migrations in one), runs `steps`, then adds a foreign key
     /// only when `OutboxMessage` has none to that table yet (tables .NET created before 8.3).
     async fn up(&self, manager: &SchemaManager) -> Result<(), DbErr> {
         let db = manager.get_connection();
@@ -318,73 +318,12 @@ fn foreign_keys_inline(n: &Names, t: &Tables) -> Vec<(OutboxTable, ForeignKeyCre
 }
 
 /// Whether `from` has a foreign key (whatever its name) to `to`.
-pub(super) async fn has_foreign_key(
+async fn has_foreign_key(
     db: &impl ConnectionTrait,
     t: &Tables,
     from: OutboxTable,
     to: OutboxTable,
 ) -> Result<bool, DbErr> {
-    #[derive(FromQueryResult)]
-    struct Count {
-        n: i64,
-    }
-    let a = |name: &'static str| Alias::new(name).into_iden();
-    let (c, r, rn, f, fns) = (a("c"), a("r"), a("rn"), a("f"), a("fns"));
-    let cat = |name: &'static str, alias: &sea_orm::sea_query::DynIden| {
-        sea_orm::sea_query::TableRef::SchemaTableAlias(a("pg_catalog"), a(name), alias.clone())
-    };
-    let query = Query::select()
-        .expr_as(
-            SimpleExpr::from(Func::count(Expr::col(Asterisk))).cast_as(Alias::new("bigint")),
-            Alias::new("n"),
-        )
-        .from(cat("pg_constraint", &c))
-        .inner_join(
-            cat("pg_class", &r),
-            Expr::col((r.clone(), a("oid"))).equals((c.clone(), a("conrelid"))),
-        )
-        .inner_join(
-            cat("pg_namespace", &rn),
-            Expr::col((rn.clone(), a("oid"))).equals((r.clone(), a("relnamespace"))),
-        )
-        .inner_join(
-            cat("pg_class", &f),
-            Expr::col((f.clone(), a("oid"))).equals((c.clone(), a("confrelid"))),
-        )
-        .inner_join(
-            cat("pg_namespace", &fns),
-            Expr::col((fns.clone(), a("oid"))).equals((f.clone(), a("relnamespace"))),
-        )
-        .and_where(
-            Expr::col((c, a("contype")))
-                .cast_as(Alias::new("text"))
-                .eq("f"),
-        )
-        .and_where(
-            Expr::col((rn, a("nspname")))
-                .cast_as(Alias::new("text"))
-                .eq(t.schema_name()),
-        )
-        .and_where(
-            Expr::col((r, a("relname")))
-                .cast_as(Alias::new("text"))
-                .eq(from.name(t)),
-        )
-        .and_where(
-            Expr::col((fns, a("nspname")))
-                .cast_as(Alias::new("text"))
-                .eq(t.schema_name()),
-        )
-        .and_where(
-            Expr::col((f, a("relname")))
-                .cast_as(Alias::new("text"))
-                .eq(to.name(t)),
-        )
-        .to_owned();
-    let row = db.query_one(build(&query)).await?;
-    let count = row
-        .map(|row| Count::from_query_result(&row, ""))
-        .transpose()?
-        .map_or(0, |c| c.n);
-    Ok(count > 0)
+    let keys = super::catalog::foreign_keys(db, t.schema_name(), from.name(t)).await?;
+    Ok(keys.iter().any(|key| key.points_to(t, to)))
 }

@@ -13,8 +13,10 @@
 //!   and on tables a .NET service created.
 //! * [`sql`] is the plain SQL of a fresh install for DBAs (`ferrybus migrate --print`); the
 //!   committed `migrations/*.sql` files are its output for the two default shapes, checked by a
-//!   test. [`check`] compares an existing schema with what ferrybus needs
-//!   (`ferrybus migrate --check`).
+//!   test.
+//! * [`check`] compares an existing schema with what ferrybus needs; [`check_search`] first
+//!   finds the tables of a [`TableSearch`] (a schema, the naming read from the columns when not
+//!   given): what `ferrybus migrate --check` reports.
 //!
 //! ```no_run
 //! use ferrybus_sea_orm::{migrate, Tables};
@@ -34,6 +36,7 @@
 //! # Ok(()) }
 //! ```
 
+mod catalog;
 mod check;
 mod m0001_outbox_tables;
 
@@ -41,7 +44,8 @@ use sea_orm::sea_query::{Alias, Iden, PostgresQueryBuilder, QuotedBuilder};
 use sea_orm::{ConnectionTrait, DatabaseConnection, TransactionTrait};
 use sea_orm_migration::{MigrationTrait, SchemaManager};
 
-pub use check::{check, SchemaProblem, SchemaReport};
+pub use catalog::ForeignKey;
+pub use check::{check, check_search, SchemaProblem, SchemaReport, TableSearch, TableStatus};
 pub use m0001_outbox_tables::CreateOutboxTables;
 
 use crate::config::Tables;
