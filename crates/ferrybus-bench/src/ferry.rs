@@ -163,8 +163,40 @@ async fn storage_run(
     limit: Duration,
     publish: bool,
 ) -> Result<RunResult, FerryError> {
+    let storage = |db| consumer_storage(b, db, schema);
+    storage_run_with(b, queue, schema, expected, limit, publish, storage).await
+}
+
+/// The inbox consumer of (1) with the inbox cleanup of its storage on (every second, batch 100)
+/// or off.
+pub(crate) async fn inbox_with_cleanup(
+    b: &Bench,
+    queue: &str,
+    schema: &str,
+    expected: usize,
+    limit: Duration,
+    cleanup: bool,
+) -> Result<RunResult, FerryError> {
+    let storage = |db| {
+        consumer_storage(b, db, schema)
+            .inbox_cleanup(cleanup)
+            .cleanup_interval(Duration::from_secs(1))
+    };
+    storage_run_with(b, queue, schema, expected, limit, false, storage).await
+}
+
+async fn storage_run_with(
+    b: &Bench,
+    queue: &str,
+    schema: &str,
+    expected: usize,
+    limit: Duration,
+    publish: bool,
+    storage: impl FnOnce(DatabaseConnection) -> PostgresStorage,
+) -> Result<RunResult, FerryError> {
     let counter = Counter::new();
-    let db = database(b, schema, b.args.concurrency as u32).await?;
+    let extra = if publish { 3 } else { 0 };
+    let db = database(b, schema, b.args.concurrency as u32 + extra).await?;
     let c = counter.clone();
     let (prefetch, concurrency) = (b.args.prefetch_count(), b.args.concurrency);
     let endpoint = move |e: EndpointConfig| {
@@ -191,7 +223,7 @@ async fn storage_run(
                 },
             ))
     };
-    let storage = consumer_storage(b, db.clone(), schema);
+    let storage = storage(db.clone());
     let result = run_endpoint(
         &b.args.amqp_url,
         queue,
@@ -217,7 +249,11 @@ pub(crate) async fn inbox(
     storage_run(b, queue, schema, expected, limit, false).await
 }
 
-/// The inbox consumer that publishes one `OrderAccepted` per order (consumer outbox).
+/// The inbox consumer that publishes one `OrderAccepted` per order (consumer outbox), with the
+/// outbox delivery service running (one worker): its sweeper is what covers a crash after the
+/// delivery was acknowledged, so the after-commit sender runs and deliveries are acknowledged
+/// after commit. The pool has three more connections than the baseline's (the worker, its
+/// `LISTEN`, the after-commit sender).
 pub(crate) async fn outbox(
     b: &Bench,
     queue: &str,
@@ -225,7 +261,12 @@ pub(crate) async fn outbox(
     expected: usize,
     limit: Duration,
 ) -> Result<RunResult, FerryError> {
-    storage_run(b, queue, schema, expected, limit, true).await
+    let storage = |db| {
+        consumer_storage(b, db, schema)
+            .outbox_delivery(true)
+            .delivery_workers(1)
+    };
+    storage_run_with(b, queue, schema, expected, limit, true, storage).await
 }
 
 /// The memory probe's ferrybus consumer: the plain endpoint, counting into `counter`.
@@ -373,7 +414,7 @@ pub(crate) async fn relay(
 
 /// One delivery-service instance: its own bus (broker connection) with a storage on its own
 /// pool; the bus runs the outbox delivery.
-async fn start_service(
+pub(crate) async fn start_service(
     b: &Bench,
     schema: &str,
     channel: &str,

@@ -17,15 +17,22 @@
 //!   commit-to-broker latency (NOTIFY wake-up and polling fallback; one and two delivery
 //!   instances).
 //! * `memory`: peak RSS of a consumer process draining a backlog, at two backlog sizes.
+//! * `billing`: `examples/billing` as shipped against its hand-written lapin + tokio-postgres
+//!   twin, orders invoiced and captured per second.
+//! * `billing-growth`, `relay-growth`, `cleanup` (not in the default list; `--smoke` runs them
+//!   small): billing with many delivered inbox rows, the relay with a large pending backlog,
+//!   the inbox cleanup keeping up with 2,000 expired rows per second.
 //!
 //! The table is printed and written as JSON (`--output`, by default
 //! `<target dir>/bench-results/latest.json`). The process exits non-zero when a scenario lost
 //! messages; timings are never asserted.
 
 mod baseline;
+mod billing;
 mod broker;
 mod db;
 mod ferry;
+mod growth;
 mod memory;
 mod messages;
 mod micro;
@@ -37,6 +44,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, ValueEnum};
+
+/// The scenarios run when `--scenarios` is not given.
+const DEFAULT_SCENARIOS: &str = "micro,plain,inbox,outbox,relay,memory,billing";
 
 /// Errors of the harness itself.
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -64,9 +74,18 @@ struct Args {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "micro,plain,inbox,outbox,relay,memory"
+        default_value = DEFAULT_SCENARIOS
     )]
     scenarios: Vec<Scenario>,
+    /// Orders per billing run (billing, billing-growth).
+    #[arg(long, default_value_t = 4000)]
+    billing_orders: usize,
+    /// Delivered rows put in `InboxState` before billing-growth's second run.
+    #[arg(long, default_value_t = 5_000_000)]
+    growth_inbox_rows: u64,
+    /// Pending bus-outbox rows of relay-growth's large run.
+    #[arg(long, default_value_t = 1_000_000)]
+    growth_relay_rows: u64,
     /// Messages per consumer run in the storage scenarios (inbox, outbox).
     #[arg(long, default_value_t = 4000)]
     messages: usize,
@@ -127,7 +146,21 @@ impl Args {
             self.relay_messages = 200;
             self.memory_backlog = 2000;
             self.micro_messages = 200;
+            self.billing_orders = 100;
+            self.growth_inbox_rows = 2000;
+            self.growth_relay_rows = 2000;
             self.rounds = 1;
+            let defaults: Vec<Scenario> = DEFAULT_SCENARIOS
+                .split(',')
+                .filter_map(|s| Scenario::from_str(s, false).ok())
+                .collect();
+            if self.scenarios == defaults {
+                self.scenarios.extend([
+                    Scenario::BillingGrowth,
+                    Scenario::RelayGrowth,
+                    Scenario::Cleanup,
+                ]);
+            }
         }
         self.concurrency = self.concurrency.max(1);
         self.rounds = self.rounds.max(1);
@@ -169,6 +202,14 @@ enum Scenario {
     Relay,
     /// Peak RSS under a backlog.
     Memory,
+    /// examples/billing against its hand-written twin.
+    Billing,
+    /// Billing with many delivered inbox rows.
+    BillingGrowth,
+    /// The relay draining a large backlog.
+    RelayGrowth,
+    /// The inbox cleanup keeping up with expired rows.
+    Cleanup,
 }
 
 /// Which consumer a memory probe runs.

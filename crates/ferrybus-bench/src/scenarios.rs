@@ -21,6 +21,7 @@ use crate::relay;
 use crate::report::{machine_info, Measure, Report, Row, Target};
 use crate::{Args, BoxError, Scenario};
 
+pub(crate) use consumers::wait_depth;
 use consumers::{consumer_rows, Kind};
 use memory_probe::memory_rows;
 
@@ -78,6 +79,11 @@ impl Bench {
         db::create_schema(&self.admin, &name).await?;
         lock(&self.schemas).push(name.clone());
         Ok(name)
+    }
+
+    /// Remembers to drop schema `name`.
+    pub(crate) fn remember_schema(&self, name: &str) {
+        lock(&self.schemas).push(name.to_owned());
     }
 
     /// Remembers to delete exchange `name`.
@@ -168,6 +174,10 @@ pub(crate) async fn run_all(args: Args) -> ExitCode {
             Scenario::Outbox => consumer_rows(&bench, Kind::Outbox).await,
             Scenario::Relay => relay::rows(&bench).await,
             Scenario::Memory => memory_rows(&bench).await,
+            Scenario::Billing => crate::billing::rows(&bench).await,
+            Scenario::BillingGrowth => crate::billing::growth_rows(&bench).await,
+            Scenario::RelayGrowth => crate::growth::relay_rows(&bench).await,
+            Scenario::Cleanup => crate::growth::cleanup_rows(&bench).await,
         };
         match result {
             Ok(r) => rows.extend(r),
@@ -214,6 +224,9 @@ pub(crate) async fn run_all(args: Args) -> ExitCode {
             "micro_messages": args.micro_messages,
             "async_delivered_commit": args.async_delivered_commit,
             "relay_outboxes_per_claim": args.relay_outboxes_per_claim,
+            "billing_orders": args.billing_orders,
+            "growth_inbox_rows": args.growth_inbox_rows,
+            "growth_relay_rows": args.growth_relay_rows,
         }),
         rows,
         details: Value::Object(lock(&bench.details).clone()),

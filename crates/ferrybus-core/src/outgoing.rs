@@ -49,6 +49,12 @@ pub struct OutgoingMessage {
     pub expiration_time: Option<DateTime<Utc>>,
     /// Exchanges of base types to bind from the destination exchange (publishes only).
     pub publish_bindings: Vec<String>,
+    /// Transport properties of a message read back from an outbox row that a .NET service
+    /// wrote (MassTransit's `OutboxMessage.Properties`: `Delay`, `Durable`, `Mandatory`,
+    /// `RMQ-RoutingKey`, `RMQ-Priority`, …), for the transport to apply when it sends, as
+    /// MassTransit's `TransportSendContext.ReadPropertiesFrom` does; empty for messages built
+    /// by ferrybus.
+    pub properties: Map<String, Value>,
 }
 
 impl OutgoingMessage {
@@ -327,6 +333,7 @@ impl MessageFactory {
             sent_time: envelope.sent_time.unwrap_or_else(Utc::now),
             expiration_time: envelope.expiration_time,
             publish_bindings,
+            properties: Map::new(),
         }
     }
 }

@@ -6,9 +6,17 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use ferrybus_core::{EndpointAddress, MessageSink, OutgoingMessage, PublishError};
 
+use std::time::Duration;
+
+use lapin::types::{FieldTable, ShortString};
+use lapin::BasicProperties;
+use serde_json::{Map, Value};
+
 use crate::connection::{Connector, Live, PublishTarget};
 use crate::convert::outgoing_properties;
+use crate::delay::{schedule, DelayMode};
 use crate::error::{ErrorKind, RabbitMqError, Result};
+use crate::topology::QueueDecl;
 
 /// Delivers [`OutgoingMessage`]s to RabbitMQ: declares the destination exchange on first use
 /// (with the address's flags), declares and binds the queue for `bind=true` / `queue:` addresses,
@@ -81,13 +89,35 @@ impl Publisher {
         live.topology
             .destination(&channel, address, &message.publish_bindings)
             .await?;
+        let row = RowProperties::read(&message.properties);
+        let exchange = row.exchange.as_deref().unwrap_or(&address.name);
+        let properties = row.apply(outgoing_properties(message));
+        if let Some(delay) = row.delay.filter(|d| !d.is_zero() && !exchange.is_empty()) {
+            // As MassTransit's RabbitMqSendTransportContext: through `<exchange>_delay` (the
+            // delayed-message plugin) or, without it, a TTL queue dead-lettering to the exchange.
+            let source = QueueDecl {
+                name: exchange.to_owned(),
+                durable: address.durable,
+                auto_delete: address.auto_delete,
+                exclusive: false,
+                arguments: FieldTable::default(),
+            };
+            return schedule(
+                live,
+                DelayMode::Auto,
+                &source,
+                delay,
+                &message.body,
+                properties,
+            )
+            .await;
+        }
         let target = PublishTarget {
-            exchange: &address.name,
-            routing_key: "",
-            mandatory: false,
+            exchange,
+            routing_key: &row.routing_key,
+            mandatory: row.mandatory,
         };
-        live.publish(target, &message.body, outgoing_properties(message))
-            .await
+        live.publish(target, &message.body, properties).await
     }
 }
 
@@ -95,5 +125,126 @@ impl Publisher {
 impl MessageSink for Publisher {
     async fn deliver(&self, message: OutgoingMessage) -> Result<(), PublishError> {
         self.send(&message).await.map_err(Into::into)
+    }
+}
+
+/// The transport properties of a message read back from a .NET-written outbox row, read as
+/// MassTransit's `MessageSendContext.ReadPropertiesFrom` and
+/// `RabbitMqMessageSendContext.ReadPropertiesFrom` read them
+/// (`MassTransit/Contexts/Context/MessageSendContext.cs`,
+/// `Transports/MassTransit.RabbitMqTransport/RabbitMqTransport/RabbitMqMessageSendContext.cs`):
+/// `Durable`, `Mandatory`, `Delay`, `RMQ-Exchange`, `RMQ-RoutingKey`, `RMQ-AppId`,
+/// `RMQ-Priority`, `RMQ-ReplyTo`, `RMQ-Type`, `RMQ-UserId` (keys case-insensitive).
+#[derive(Debug, Default, PartialEq)]
+struct RowProperties {
+    exchange: Option<String>,
+    routing_key: String,
+    durable: bool,
+    mandatory: bool,
+    delay: Option<Duration>,
+    app_id: Option<String>,
+    priority: Option<u8>,
+    reply_to: Option<String>,
+    kind: Option<String>,
+    user_id: Option<String>,
+}
+
+impl RowProperties {
+    fn read(map: &Map<String, Value>) -> Self {
+        let get = |key: &str| {
+            map.iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(key))
+                .map(|(_, v)| v)
+        };
+        let string = |key: &str| match get(key) {
+            Some(Value::String(s)) => Some(s.clone()),
+            _ => None,
+        };
+        let long = |key: &str| match get(key) {
+            Some(Value::Number(n)) => n.as_i64(),
+            Some(Value::String(s)) => s.trim().parse().ok(),
+            _ => None,
+        };
+        let boolean = |key: &str, default: bool| match get(key) {
+            Some(Value::Bool(b)) => *b,
+            Some(_) => long(key).map_or(default, |v| v != 0),
+            None => default,
+        };
+        let delay = match get("Delay") {
+            Some(Value::String(s)) => ferrybus_core::dotnet::timespan::parse_timespan(s).ok(),
+            Some(Value::Number(n)) => n.as_u64().map(Duration::from_millis),
+            _ => None,
+        };
+        Self {
+            exchange: string("RMQ-Exchange"),
+            routing_key: string("RMQ-RoutingKey").unwrap_or_default(),
+            durable: boolean("Durable", true),
+            mandatory: boolean("Mandatory", false),
+            delay,
+            app_id: string("RMQ-AppId"),
+            priority: long("RMQ-Priority").and_then(|p| u8::try_from(p).ok()),
+            reply_to: string("RMQ-ReplyTo"),
+            kind: string("RMQ-Type"),
+            user_id: string("RMQ-UserId"),
+        }
+    }
+
+    /// `properties` with these applied (a non-durable message is sent with delivery mode 1).
+    fn apply(&self, mut properties: BasicProperties) -> BasicProperties {
+        let short = |s: &str| ShortString::try_new(s).ok();
+        if !self.durable {
+            properties = properties.with_delivery_mode(1);
+        }
+        if let Some(v) = self.app_id.as_deref().and_then(short) {
+            properties = properties.with_app_id(v);
+        }
+        if let Some(p) = self.priority {
+            properties = properties.with_priority(p);
+        }
+        if let Some(v) = self.reply_to.as_deref().and_then(short) {
+            properties = properties.with_reply_to(v);
+        }
+        if let Some(v) = self.kind.as_deref().and_then(short) {
+            properties = properties.with_type(v);
+        }
+        if let Some(v) = self.user_id.as_deref().and_then(short) {
+            properties = properties.with_user_id(v);
+        }
+        properties
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn reads_what_dotnet_writes() {
+        let map = json!({
+            "RMQ-Exchange": "Bookstore.Contracts:OrderPlaced",
+            "RMQ-RoutingKey": "eu.orders",
+            "Delay": "00:00:02.5000000",
+            "Durable": false,
+            "mandatory": true,
+            "RMQ-Priority": 3,
+            "RMQ-AppId": "bookstore"
+        });
+        let p = RowProperties::read(map.as_object().unwrap());
+        assert_eq!(
+            p.exchange.as_deref(),
+            Some("Bookstore.Contracts:OrderPlaced")
+        );
+        assert_eq!(p.routing_key, "eu.orders");
+        assert_eq!(p.delay, Some(Duration::from_millis(2500)));
+        assert!(!p.durable && p.mandatory);
+        assert_eq!(p.priority, Some(3));
+        let props = p.apply(BasicProperties::default().with_delivery_mode(2));
+        assert_eq!(props.delivery_mode(), &Some(1));
+        assert_eq!(
+            props.app_id().as_ref().map(|s| s.as_str()),
+            Some("bookstore")
+        );
+        assert!(RowProperties::read(&Map::new()).durable);
     }
 }

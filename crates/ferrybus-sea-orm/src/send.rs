@@ -1,6 +1,6 @@
 //! Sending outbox rows through a sink, in sequence order.
 
-use ferrybus_core::{PublishError, SharedSink};
+use ferrybus_core::{PublishError, PublishErrorKind, SharedSink};
 use futures::stream::{FuturesOrdered, StreamExt};
 use futures::FutureExt;
 
@@ -69,6 +69,9 @@ pub(crate) async fn send_in_order(
 }
 
 async fn send_row(sink: &SharedSink, row: StoredRow) -> Result<(), PublishError> {
+    if let Some(reason) = row.unreadable {
+        return Err(PublishError::new(PublishErrorKind::Serialize, reason));
+    }
     match row.message {
         Some(message) => sink.deliver(message).await,
         None => {

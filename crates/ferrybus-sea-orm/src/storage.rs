@@ -14,7 +14,7 @@ use crate::cleanup::{CleanupConfig, InboxCleanup};
 use crate::config::{StorageConfig, Tables};
 use crate::delivery::{DeliveryConfig, OutboxDeliveryService};
 use crate::error::StoreError;
-use crate::inbox::{InboxConfig, InboxLayer};
+use crate::inbox::{Handoff, InboxConfig, InboxLayer};
 use crate::migrate::Migrator;
 
 /// The inbox, consumer outbox and bus outbox on PostgreSQL, on MassTransit's tables: give it to a
@@ -29,7 +29,8 @@ use crate::migrate::Migrator;
 /// | [`duplicate_window`](Self::duplicate_window) | 30 min | `DuplicateDetectionWindow` |
 /// | [`poll_interval`](Self::poll_interval) | 1 s (besides `LISTEN`/`NOTIFY`) | `QueryDelay` |
 /// | [`delivery_workers`](Self::delivery_workers) | 4 | — |
-/// | [`sweep_after`](Self::sweep_after) | 5 min | — |
+/// | [`deliver_before_ack`](Self::deliver_before_ack) | off: acknowledged after commit, sent by the after-commit sender | — |
+/// | [`sweep_after`](Self::sweep_after) | 1 s | — |
 ///
 /// The time column type (`timestamptz` or .NET's legacy `timestamp`) is read from the existing
 /// tables when the bus starts.
@@ -53,6 +54,9 @@ pub struct PostgresStorage {
     inbox: InboxConfig,
     delivery: Option<DeliveryConfig>,
     cleanup: Option<CleanupConfig>,
+    deliver_before_ack: bool,
+    /// The after-commit sender, shared by the clones a bus holds and their inbox layers.
+    handoff: Arc<Handoff>,
     /// The storage settings once the tables were looked at (the time column type). Shared by
     /// the clones a bus holds; changing the tables or the channel starts afresh.
     prepared: Arc<RwLock<Option<StorageConfig>>>,
@@ -82,6 +86,8 @@ impl PostgresStorage {
             inbox: InboxConfig::new(base.clone()),
             delivery: Some(DeliveryConfig::new(base.clone())),
             cleanup: Some(CleanupConfig::new(base)),
+            deliver_before_ack: false,
+            handoff: Arc::default(),
             prepared: Arc::default(),
         }
     }
@@ -160,6 +166,24 @@ impl PostgresStorage {
         self
     }
 
+    /// Sends a publishing consumer's messages before its delivery is acknowledged, as
+    /// MassTransit does (off by default).
+    ///
+    /// By default, while this instance runs the outbox delivery service (and so the sweeper),
+    /// a delivery is acknowledged as soon as the consumer's transaction (its writes, the inbox
+    /// row and its messages) has committed, and a per-instance sender sends the messages right
+    /// after, batching the "sent" bookkeeping of many deliveries into one short transaction.
+    /// If the process dies first, the messages are still in the tables, marked consumed and not
+    /// delivered, and the sweeper of any instance sends them, in order, about a second later
+    /// ([`sweep_after`](Self::sweep_after)). Nothing is acknowledged before it is committed;
+    /// nothing is lost; the consumer never runs twice. With this on (or with the outbox
+    /// delivery off in this instance) each delivery sends its own messages, then is
+    /// acknowledged: a crash is completed by the broker's redelivery instead.
+    pub fn deliver_before_ack(mut self, enabled: bool) -> Self {
+        self.deliver_before_ack = enabled;
+        self
+    }
+
     /// Whether this instance runs the outbox delivery service and the sweeper (on by default;
     /// every instance should, they share the work).
     pub fn outbox_delivery(mut self, enabled: bool) -> Self {
@@ -204,14 +228,15 @@ impl PostgresStorage {
     }
 
     /// Delivers consumer-outbox rows whose inbox row was consumed this long ago and is still not
-    /// delivered (the inbound message went to the error queue); `None` turns the sweeper off
-    /// (5 min).
+    /// delivered, and that no delivery holds (a process died before sending them, or the
+    /// inbound message went to the error queue); `None` turns the sweeper off (1 s). Rows a
+    /// delivery or the after-commit sender is sending are locked and skipped.
     pub fn sweep_after(mut self, age: Option<Duration>) -> Self {
         self.delivery = self.delivery.map(|d| d.sweep_after(age));
         self
     }
 
-    /// How often the sweeper looks (30 s).
+    /// How often the sweeper looks (250 ms).
     pub fn sweep_interval(mut self, interval: Duration) -> Self {
         self.delivery = self.delivery.map(|d| d.sweep_interval(interval));
         self
@@ -331,10 +356,26 @@ impl Storage for PostgresStorage {
 
     fn inbox_layer(&self) -> BoxConsumeLayer {
         let config = self.inbox.clone().with_storage(self.config());
-        BoxConsumeLayer::new(InboxLayer::new(self.db.clone(), config))
+        BoxConsumeLayer::new(InboxLayer::new(
+            self.db.clone(),
+            config,
+            self.handoff.clone(),
+        ))
     }
 
     fn start(&self, sink: SharedSink) -> Background {
+        // Acknowledge after commit only where the sweeper runs to cover a crash.
+        let handoff = if self.delivery.is_some() && !self.deliver_before_ack {
+            self.handoff.start(
+                self.db.clone(),
+                self.config(),
+                sink.clone(),
+                self.inbox.is_pipelined(),
+                self.inbox.is_async_delivered_commit(),
+            )
+        } else {
+            Background::default()
+        };
         let delivery = self
             .delivery_service(sink)
             .map(OutboxDeliveryService::spawn)
@@ -344,7 +385,7 @@ impl Storage for PostgresStorage {
             .clone()
             .map(|c| InboxCleanup::new(self.db.clone(), c.with_storage(self.config())).spawn())
             .unwrap_or_default();
-        delivery.join(cleanup)
+        handoff.join(delivery).join(cleanup)
     }
 
     /// Connection failures, pool timeouts and PostgreSQL shutting down or starting up (see

@@ -164,7 +164,7 @@ async fn sink_queue(b: &Bench, what: &str) -> Result<String, BoxError> {
 }
 
 /// Polls `queue`'s depth for up to 5 s until it equals `n`; returns the last depth.
-async fn wait_depth(b: &Bench, queue: &str, n: usize) -> usize {
+pub(crate) async fn wait_depth(b: &Bench, queue: &str, n: usize) -> usize {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let depth = match b.conn.create_channel().await {

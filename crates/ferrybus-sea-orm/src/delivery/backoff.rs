@@ -47,6 +47,14 @@ impl Backoff {
             .collect()
     }
 
+    /// Whether `id` is backed off now.
+    pub(crate) fn is_backed_off(&self, id: Uuid) -> bool {
+        let now = Instant::now();
+        self.entries()
+            .get(&id)
+            .is_some_and(|e| e.next_attempt > now)
+    }
+
     /// Records a failure; returns the delay before the next attempt.
     pub(crate) fn failed(&self, id: Uuid) -> Duration {
         let mut entries = self.entries();

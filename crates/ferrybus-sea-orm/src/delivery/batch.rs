@@ -63,7 +63,10 @@ impl Results {
 impl OutboxDeliveryService {
     pub(crate) async fn deliver_batch(&self) -> Result<BatchOutcome, StoreError> {
         let txn = self.begin.read_committed(&self.db).await?;
-        let claimed = timed(STAGE, "claim", self.claim(&txn)).await?;
+        let mut claimed = timed(STAGE, "claim", self.claim(&txn)).await?;
+        // The excluded list was read before the claim: an outbox another worker backed off in
+        // between was claimed anyway. Leave it alone (it stays locked until this commit).
+        claimed.retain(|c| !self.backoff.is_backed_off(c.outbox_id));
         if claimed.is_empty() {
             txn.commit().await?;
             return Ok(BatchOutcome::default());

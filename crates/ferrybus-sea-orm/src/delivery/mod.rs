@@ -42,8 +42,8 @@ pub(crate) struct DeliveryConfig {
 impl DeliveryConfig {
     /// Defaults: poll every 1 s (besides `LISTEN`), 4 workers, 64 outboxes per claim, 100
     /// messages per outbox and pass, pipelined sends (see [`DeliveryConfig::pipelined`]),
-    /// back-off 1 s doubling to 60 s, and a sweeper for consumer-outbox rows stranded for 5
-    /// minutes (checked every 30 s).
+    /// back-off 1 s doubling to 60 s, and a sweeper for consumer-outbox rows stranded for 1 s
+    /// (checked every 250 ms).
     pub(crate) fn new(storage: StorageConfig) -> Self {
         Self {
             storage,
@@ -54,8 +54,8 @@ impl DeliveryConfig {
             pipelined: false,
             backoff_initial: Duration::from_secs(1),
             backoff_max: Duration::from_secs(60),
-            sweep_after: Some(Duration::from_secs(300)),
-            sweep_interval: Duration::from_secs(30),
+            sweep_after: Some(Duration::from_secs(1)),
+            sweep_interval: Duration::from_millis(250),
             sweep_batch: 32,
         }
     }

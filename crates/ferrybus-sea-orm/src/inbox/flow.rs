@@ -12,6 +12,7 @@ use uuid::Uuid;
 use crate::consumer_outbox::{self, InboxKey};
 use crate::error::{StoreError, StoreErrorKind};
 use crate::inbox::context::InboxTransaction;
+use crate::inbox::handoff::Committed;
 use crate::inbox::layer::Shared;
 use crate::inbox::sink::CaptureSink;
 use crate::sql::{RowState, Sql, StoredRow};
@@ -220,8 +221,15 @@ where
             seq,
             outbox_id: None,
             message: Some(message),
+            unreadable: None,
         })
         .collect();
+    // Committed: while the after-commit sender runs, it sends them and the delivery is
+    // acknowledged now (a crash before they are sent leaves them to the sweeper).
+    let rows = match shared.handoff.offer(Committed { key, rows }) {
+        Ok(()) => return Ok(outcome),
+        Err(entry) => entry.rows,
+    };
     timed(
         STAGE,
         "deliver",

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use sea_orm::DatabaseConnection;
 use tower::Layer;
 
-use crate::inbox::{Inbox, InboxConfig};
+use crate::inbox::{Handoff, Inbox, InboxConfig};
 use crate::sql::Begin;
 
 /// The inbox + consumer outbox as a tower layer. Add it with `EndpointConfig::layer`; put it
@@ -21,16 +21,19 @@ pub(crate) struct Shared {
     pub(crate) db: DatabaseConnection,
     pub(crate) config: InboxConfig,
     pub(crate) begin: Begin,
+    /// The after-commit sender of the storage (acknowledge before sending while it runs).
+    pub(crate) handoff: Arc<Handoff>,
 }
 
 impl InboxLayer {
     /// An inbox using connections from `db` (one per message being consumed).
-    pub(crate) fn new(db: DatabaseConnection, config: InboxConfig) -> Self {
+    pub(crate) fn new(db: DatabaseConnection, config: InboxConfig, handoff: Arc<Handoff>) -> Self {
         Self {
             shared: Arc::new(Shared {
                 db,
                 config,
                 begin: Begin::new(),
+                handoff,
             }),
         }
     }

@@ -10,14 +10,18 @@
 //!              └ Ok  ▶ published nothing: COMMIT
 //!                      published: INSERT outbox rows + set consumed, delivered = NULL (one
 //!                      statement) ─ COMMIT
-//! after COMMIT, if it published: BEGIN ─ lock inbox row, check undelivered ─ send in order
-//!                                 (pipelined) ─ set delivered + delete rows (one statement)
-//!                                 ─ COMMIT ─ ack
+//! after COMMIT, if it published: hand the rows to the after-commit sender ─ ack
+//!     the sender, for everything handed over meanwhile: BEGIN ─ lock those inbox rows (SKIP
+//!     LOCKED) ─ send each entry in order, entries concurrently ─ set delivered + delete rows
+//!     (one statement for all) ─ COMMIT
+//!     (no sender running, or `deliver_before_ack`: BEGIN ─ lock inbox row ─ send in order ─
+//!     set delivered + delete rows ─ COMMIT ─ ack)
 //! ```
 
 mod config;
 mod context;
 mod flow;
+mod handoff;
 mod layer;
 mod sink;
 
@@ -30,6 +34,7 @@ use tower::Service;
 
 pub(crate) use config::InboxConfig;
 pub use context::{InboxTransaction, TransactionExt};
+pub(crate) use handoff::Handoff;
 pub(crate) use layer::InboxLayer;
 
 use layer::Shared;

@@ -1,5 +1,6 @@
 //! `OutboxMessage` rows ↔ [`OutgoingMessage`], in the column formats .NET writes and reads.
 
+use base64::Engine as _;
 use ferrybus_core::envelope::ENVELOPE_CONTENT_TYPE;
 use ferrybus_core::{Envelope, Headers, OutgoingMessage};
 use sea_orm::sea_query::{Alias, Expr, SimpleExpr};
@@ -18,8 +19,18 @@ pub(crate) fn message_values(
     names: &Names,
     message: &OutgoingMessage,
 ) -> Result<Vec<(Column, SimpleExpr)>, StoreError> {
-    let body = std::str::from_utf8(&message.body)
-        .map_err(|e| StoreError::encode(format!("message body is not UTF-8 text: {e}")))?;
+    let body = if is_binary(&message.content_type) {
+        base64::engine::general_purpose::STANDARD.encode(&message.body)
+    } else {
+        std::str::from_utf8(&message.body)
+            .map_err(|e| {
+                StoreError::encode(format!(
+                    "message body of content type {:?} is not UTF-8 text: {e}",
+                    message.content_type
+                ))
+            })?
+            .to_owned()
+    };
     let v = |value: Value| -> SimpleExpr { Expr::val(value).into() };
     Ok(vec![
         (Column::SentTime, names.ts(message.sent_time)),
@@ -31,7 +42,7 @@ pub(crate) fn message_values(
             Column::MessageType,
             v(message.message_type.join(";").into()),
         ),
-        (Column::Body, v(body.to_owned().into())),
+        (Column::Body, v(body.into())),
         (Column::ConversationId, v(message.conversation_id.into())),
         (Column::CorrelationId, v(message.correlation_id.into())),
         (Column::InitiatorId, v(message.initiator_id.into())),
@@ -74,13 +85,55 @@ fn headers_json(headers: &Headers) -> Result<Option<String>, StoreError> {
         .map_err(|e| StoreError::encode(e.to_string()))
 }
 
-/// The `Properties` column: `{"RMQ-Exchange": …}` for RabbitMQ destinations, else NULL.
+/// The content types whose serializers write binary bodies, which MassTransit's outbox stores
+/// as Base64 text (`MessageBody.GetString()` of MessagePack, BSON and the encrypted
+/// serializers) and decodes before sending (their deserializers' `GetMessageBody(string)`
+/// returns a `Base64MessageBody`): `MassTransit.MessagePack/Serialization/
+/// MessagePackMessageSerializer.cs`, `MassTransit.Newtonsoft/Serialization/
+/// NewtonsoftBsonMessageDeserializer.cs`, `EncryptedMessageDeserializer{,V2}.cs`.
+const BINARY_CONTENT_TYPES: [&str; 4] = [
+    "application/vnd.masstransit+msgpack",
+    "application/vnd.masstransit+bson",
+    "application/vnd.masstransit+aes",
+    "application/vnd.masstransit.v2+aes",
+];
+
+/// Whether bodies of `content_type` are stored as Base64 (media type compared without
+/// parameters, case-insensitively).
+pub(crate) fn is_binary(content_type: &str) -> bool {
+    let media = content_type.split(';').next().unwrap_or_default().trim();
+    BINARY_CONTENT_TYPES
+        .iter()
+        .any(|t| t.eq_ignore_ascii_case(media))
+}
+
+/// The `Properties` column: the message's transport properties (those read back from a row)
+/// with `{"RMQ-Exchange": …}` for RabbitMQ destinations; NULL when empty.
 fn properties_json(message: &OutgoingMessage) -> Result<Option<String>, StoreError> {
-    match message.transport_properties() {
-        Some(map) if !map.is_empty() => serde_json::to_string_pretty(&map)
-            .map(Some)
-            .map_err(|e| StoreError::encode(e.to_string())),
-        _ => Ok(None),
+    let mut map = message.properties.clone();
+    for (key, value) in message.transport_properties().unwrap_or_default() {
+        map.entry(key).or_insert(value);
+    }
+    if map.is_empty() {
+        return Ok(None);
+    }
+    serde_json::to_string_pretty(&map)
+        .map(Some)
+        .map_err(|e| StoreError::encode(e.to_string()))
+}
+
+/// Reads the `Properties` column (a JSON object, as MassTransit's `SerializeDictionary`
+/// writes it); anything else is ignored with a warning.
+fn read_properties(text: Option<&str>) -> serde_json::Map<String, Json> {
+    let Some(text) = text.filter(|t| !t.trim().is_empty()) else {
+        return serde_json::Map::new();
+    };
+    match serde_json::from_str::<Json>(text) {
+        Ok(Json::Object(map)) => map,
+        _ => {
+            tracing::warn!(target: "ferrybus::outbox", "ignoring unreadable Properties column: {text}");
+            serde_json::Map::new()
+        }
     }
 }
 
@@ -93,6 +146,9 @@ pub(crate) struct StoredRow {
     pub(crate) outbox_id: Option<Uuid>,
     /// The message; `None` when the row has no destination (it cannot be sent).
     pub(crate) message: Option<OutgoingMessage>,
+    /// Why the row cannot be sent as it is (a binary body that is not Base64): sending it
+    /// fails, so the row stays and its outbox backs off, as MassTransit's delivery would.
+    pub(crate) unreadable: Option<String>,
 }
 
 /// Every column of the message table under alias `a`, named as the entity's columns (so the row
@@ -124,13 +180,27 @@ pub(crate) fn read_message(row: &QueryResult) -> Result<StoredRow, StoreError> {
             seq,
             outbox_id,
             message: None,
+            unreadable: None,
         });
     };
-    let body = model.body;
+    let mut unreadable = None;
     let content_type = if model.content_type.is_empty() {
         ENVELOPE_CONTENT_TYPE.to_owned()
     } else {
         model.content_type
+    };
+    let body: bytes::Bytes = if is_binary(&content_type) {
+        match base64::engine::general_purpose::STANDARD.decode(model.body.trim()) {
+            Ok(bytes) => bytes.into(),
+            Err(e) => {
+                unreadable = Some(format!(
+                    "outbox message {seq}: the {content_type} body is not Base64: {e}"
+                ));
+                model.body.into_bytes().into()
+            }
+        }
+    } else {
+        model.body.into_bytes().into()
     };
     let mut message_type: Vec<String> = model
         .message_type
@@ -141,7 +211,7 @@ pub(crate) fn read_message(row: &QueryResult) -> Result<StoredRow, StoreError> {
         .collect();
     if message_type.is_empty() && content_type == ENVELOPE_CONTENT_TYPE {
         // Rows written before MassTransit 8.1 have no MessageType column value: read the body.
-        if let Ok(envelope) = Envelope::from_slice(body.as_bytes()) {
+        if let Ok(envelope) = Envelope::from_slice(&body) {
             message_type = envelope.message_type;
         }
     }
@@ -157,17 +227,19 @@ pub(crate) fn read_message(row: &QueryResult) -> Result<StoredRow, StoreError> {
         fault_address: model.fault_address,
         message_type,
         content_type,
-        body: body.into_bytes().into(),
+        body,
         headers: read_headers(model.headers.as_deref()),
         sent_time: model.sent_time,
         expiration_time: model.expiration_time,
         publish_bindings: Vec::new(),
+        properties: read_properties(model.properties.as_deref()),
     };
     message.derive_publish_bindings();
     Ok(StoredRow {
         seq,
         outbox_id,
         message: Some(message),
+        unreadable,
     })
 }
 

@@ -11,8 +11,9 @@ pub(crate) mod names;
 use chrono::{DateTime, Utc};
 use ferrybus_core::OutgoingMessage;
 use sea_orm::sea_query::{
-    extension::postgres::PgExpr, Alias, Asterisk, CommonTableExpression, Expr, Func, LockBehavior,
-    LockType, OnConflict, Order, PgFunc, Query, SimpleExpr, WindowStatement,
+    extension::postgres::PgExpr, Alias, Asterisk, CommonTableExpression, Expr, Func, IntoIden,
+    LockBehavior, LockType, OnConflict, Order, PgFunc, Query, SelectStatement, SimpleExpr,
+    TableRef, WindowStatement,
 };
 use sea_orm::{
     ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, FromQueryResult,
@@ -127,6 +128,14 @@ pub(crate) struct Sql {
 pub(crate) struct RowState {
     pub(crate) consumed: bool,
     pub(crate) delivered: bool,
+    pub(crate) last_sequence_number: Option<i64>,
+}
+
+/// An inbox row locked by [`Sql::inbox_lock_many`].
+#[derive(Clone, Copy, Debug, FromQueryResult)]
+pub(crate) struct LockedInbox {
+    pub(crate) message_id: Uuid,
+    pub(crate) consumer_id: Uuid,
     pub(crate) last_sequence_number: Option<i64>,
 }
 
@@ -302,6 +311,128 @@ impl Sql {
             .from(n.table(INBOX))
             .and_where(self.inbox_key(key))
             .lock(LockType::Update);
+        build(&query)
+    }
+
+    /// `SELECT unnest($1) AS mid, unnest($2) AS cid` over the inbox keys (the arrays unnest in
+    /// lockstep), for `(MessageId, ConsumerId) IN (…)`.
+    fn keys_subquery(keys: &[InboxKey]) -> SelectStatement {
+        let (mids, cids): (Vec<Uuid>, Vec<Uuid>) =
+            keys.iter().map(|k| (k.message_id, k.consumer_id)).unzip();
+        Query::select()
+            .expr(Func::cust(alias("unnest")).arg(Expr::val(mids)))
+            .expr(Func::cust(alias("unnest")).arg(Expr::val(cids)))
+            .to_owned()
+    }
+
+    /// Locks the inbox rows of `keys` that are not delivered yet, skipping rows another
+    /// transaction holds (the sweeper, a redelivered copy), and returns their keys and progress
+    /// ([`LockedInbox`]); `async_commit` also turns off `synchronous_commit` for the rest of
+    /// the transaction, in the same statement.
+    pub(crate) fn inbox_lock_many(&self, keys: &[InboxKey], async_commit: bool) -> Statement {
+        let n = &self.names;
+        let mut query = Query::select();
+        query
+            .expr_as(n.e(inbox::Column::MessageId), alias("message_id"))
+            .expr_as(n.e(inbox::Column::ConsumerId), alias("consumer_id"))
+            .expr_as(
+                bigint(n.e(inbox::Column::LastSequenceNumber)),
+                alias("last_sequence_number"),
+            );
+        if async_commit {
+            query.expr_as(
+                Func::cust(alias("set_config")).args([
+                    SimpleExpr::from("synchronous_commit"),
+                    SimpleExpr::from("off"),
+                    SimpleExpr::from(true),
+                ]),
+                alias("sc"),
+            );
+        }
+        query
+            .from(n.table(INBOX))
+            .and_where(
+                Expr::col(n.c(inbox::Column::MessageId)).eq(PgFunc::any(Expr::val(
+                    keys.iter().map(|k| k.message_id).collect::<Vec<_>>(),
+                ))),
+            )
+            .and_where(
+                Expr::tuple([
+                    n.e(inbox::Column::MessageId),
+                    n.e(inbox::Column::ConsumerId),
+                ])
+                .in_subquery(Self::keys_subquery(keys)),
+            )
+            .and_where(Expr::col(n.c(inbox::Column::Delivered)).is_null())
+            .lock_with_behavior(LockType::Update, LockBehavior::SkipLocked);
+        build(&query)
+    }
+
+    /// Records completed consumer-outbox entries in one statement: their messages deleted
+    /// (a CTE), `Delivered` set, `LastSequenceNumber` the last sent (where something was
+    /// sent), a new `LockId`.
+    pub(crate) fn inbox_finish_many(
+        &self,
+        done: &[(InboxKey, Option<i64>)],
+        now: DateTime<Utc>,
+    ) -> Statement {
+        let n = &self.names;
+        let keys: Vec<InboxKey> = done.iter().map(|(k, _)| *k).collect();
+        let sent = Query::delete()
+            .from_table(n.table(MESSAGE))
+            .and_where(
+                Expr::col(n.c(msg::Column::InboxMessageId)).eq(PgFunc::any(Expr::val(
+                    keys.iter().map(|k| k.message_id).collect::<Vec<_>>(),
+                ))),
+            )
+            .and_where(
+                Expr::tuple([
+                    n.e(msg::Column::InboxMessageId),
+                    n.e(msg::Column::InboxConsumerId),
+                ])
+                .in_subquery(Self::keys_subquery(&keys)),
+            )
+            .to_owned();
+        let (mids, rest): (Vec<Uuid>, Vec<(Uuid, i64)>) = done
+            .iter()
+            .map(|(k, last)| (k.message_id, (k.consumer_id, last.unwrap_or(0))))
+            .unzip();
+        let (cids, lasts): (Vec<Uuid>, Vec<i64>) = rest.into_iter().unzip();
+        let k = alias("fb_k");
+        let entries = Query::select()
+            .expr_as(
+                Func::cust(alias("unnest")).arg(Expr::val(mids)),
+                alias("mid"),
+            )
+            .expr_as(
+                Func::cust(alias("unnest")).arg(Expr::val(cids)),
+                alias("cid"),
+            )
+            .expr_as(
+                Func::cust(alias("unnest")).arg(Expr::val(lasts)),
+                alias("last"),
+            )
+            .to_owned();
+        let lsn = n.c(inbox::Column::LastSequenceNumber);
+        let last = Expr::col((k.clone(), alias("last")));
+        let query = Query::update()
+            .table(n.table(INBOX))
+            .from(TableRef::SubQuery(entries, k.clone().into_iden()))
+            .value(n.c(inbox::Column::Delivered), n.ts(now))
+            .value(
+                lsn.clone(),
+                Expr::case(last.clone().gt(0), last).finally(Expr::col(lsn)),
+            )
+            .value(n.c(inbox::Column::LockId), Uuid::new_v4())
+            .and_where(Expr::col(n.c(inbox::Column::MessageId)).equals((k.clone(), alias("mid"))))
+            .and_where(Expr::col(n.c(inbox::Column::ConsumerId)).equals((k, alias("cid"))))
+            .with_cte(
+                CommonTableExpression::new()
+                    .query(sent)
+                    .table_name(alias("sent"))
+                    .to_owned(),
+            )
+            .to_owned();
         build(&query)
     }
 
@@ -649,9 +780,16 @@ impl Sql {
             .limit(limit)
             .lock_with_behavior(LockType::Update, LockBehavior::SkipLocked)
             .to_owned();
+        // `id = ANY(ARRAY(…))`, not `id IN (…)`: the batch is an InitPlan evaluated once and
+        // the delete an index scan on the primary key, whatever the statistics say; `IN` let
+        // the planner pick a hash semi-join over a sequential scan of the whole table.
+        let batch = SimpleExpr::FunctionCall(Func::cust(alias("ARRAY")).arg(SimpleExpr::SubQuery(
+            None,
+            Box::new(expired.into_sub_query_statement()),
+        )));
         let query = Query::delete()
             .from_table(n.table(INBOX))
-            .and_where(Expr::col(id).in_subquery(expired))
+            .and_where(Expr::col(id).eq(PgFunc::any(batch)))
             .to_owned();
         build(&query)
     }
@@ -703,6 +841,7 @@ mod tests {
             sent_time: Utc::now(),
             expiration_time: None,
             publish_bindings: Vec::new(),
+            properties: Default::default(),
         }
     }
 
@@ -728,6 +867,8 @@ mod tests {
                 sql.inbox_consumed_delivered(key, now),
                 sql.inbox_finish(key, now, Some(3), id, true),
                 sql.inbox_finish(key, now, Some(3), id, false),
+                sql.inbox_lock_many(&[key, key], true),
+                sql.inbox_finish_many(&[(key, Some(3)), (key, None)], now),
                 sql.inbox_messages(key, 0),
                 sql.insert_inbox_messages(key, &[message(), message()], Some(now))
                     .unwrap(),
