@@ -273,7 +273,7 @@ impl<M: Message> Publish for ConsumeContext<M> {
 
     fn message_origin(&self) -> &MessageOrigin {
         self.origin
-            .get_or_init(|| MessageOrigin::consumed(self.envelope(), self.input_address()))
+            .get_or_init(|| MessageOrigin::received(self.request.received()))
     }
 
     async fn deliver(&self, message: OutgoingMessage) -> Result<(), PublishError> {

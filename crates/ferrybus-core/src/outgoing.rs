@@ -53,8 +53,14 @@ pub struct OutgoingMessage {
     /// wrote (MassTransit's `OutboxMessage.Properties`: `Delay`, `Durable`, `Mandatory`,
     /// `RMQ-RoutingKey`, `RMQ-Priority`, …), for the transport to apply when it sends, as
     /// MassTransit's `TransportSendContext.ReadPropertiesFrom` does; empty for messages built
-    /// by ferrybus.
+    /// by ferrybus, except `RMQ-Priority` (set with [`SendOptions::priority`] or copied from the
+    /// consumed message, as MassTransit's `CopyIncomingPropertiesIfPresent` does). Stored in the
+    /// outbox row's `Properties`, as MassTransit stores them.
     pub properties: Map<String, Value>,
+    /// Names of headers whose values are times, sent as AMQP timestamps when the message goes
+    /// straight to the broker (MassTransit's RabbitMQ transport does so for `DateTime` header
+    /// values); the envelope and an outbox row keep them as round-trip strings. Not stored.
+    pub timestamp_headers: Vec<String>,
 }
 
 impl OutgoingMessage {
@@ -122,7 +128,9 @@ pub struct SendOptions {
     response_address: Option<String>,
     fault_address: Option<String>,
     time_to_live: Option<Duration>,
+    priority: Option<u8>,
     headers: Headers,
+    timestamp_headers: Vec<String>,
 }
 
 impl SendOptions {
@@ -179,6 +187,40 @@ impl SendOptions {
         self
     }
 
+    /// Adds a header whose value is a time: in the envelope it is .NET's round-trip text
+    /// (`2025-05-24T18:39:56.3305069Z`); on a message sent straight to RabbitMQ it is an AMQP
+    /// timestamp (whole seconds), as MassTransit sends `DateTime` header values
+    /// (`RabbitMqSendTransportContext.SetHeaders`).
+    ///
+    /// ```
+    /// use ferrybus_core::SendOptions;
+    /// use chrono::TimeZone;
+    /// let at = chrono::Utc.with_ymd_and_hms(2025, 5, 24, 18, 39, 56).unwrap();
+    /// let options = SendOptions::new().header_time("Promised", at);
+    /// assert_eq!(options.headers().get_str("Promised"), Some("2025-05-24T18:39:56.0000000Z"));
+    /// ```
+    pub fn header_time(mut self, name: impl Into<String>, value: DateTime<Utc>) -> Self {
+        let name = name.into();
+        let text = crate::dotnet::datetime::format_round_trip(&value);
+        self.headers.insert(name.clone(), text);
+        self.timestamp_headers.push(name);
+        self
+    }
+
+    /// Sets the message priority (AMQP `priority`, kept as `RMQ-Priority` in an outbox row,
+    /// MassTransit's `SetPriority`). Without it, a message sent from a consumer takes the
+    /// priority of the message consumed.
+    ///
+    /// ```
+    /// use ferrybus_core::SendOptions;
+    /// let options = SendOptions::new().priority(7);
+    /// # let _ = options;
+    /// ```
+    pub fn priority(mut self, priority: u8) -> Self {
+        self.priority = Some(priority);
+        self
+    }
+
     /// The headers set so far.
     pub fn headers(&self) -> &Headers {
         &self.headers
@@ -197,6 +239,8 @@ pub struct MessageOrigin {
     pub initiator_id: Option<Uuid>,
     /// Headers carried over.
     pub headers: Headers,
+    /// The consumed message's transport priority, given to what is sent unless set.
+    pub priority: Option<u8>,
 }
 
 impl MessageOrigin {
@@ -207,6 +251,16 @@ impl MessageOrigin {
             conversation_id: consumed.conversation_id,
             initiator_id: consumed.correlation_id.or(consumed.request_id),
             headers: consumed.headers.transferable(),
+            priority: None,
+        }
+    }
+
+    /// The origin of a message sent while consuming `received`: [`consumed`](Self::consumed)
+    /// plus the transport priority.
+    pub fn received(received: &crate::ReceivedMessage) -> Self {
+        Self {
+            priority: received.priority,
+            ..Self::consumed(&received.envelope, &received.input_address)
         }
     }
 }
@@ -310,7 +364,14 @@ impl MessageFactory {
         } else {
             Vec::new()
         };
-        Ok(Self::from_envelope(envelope, publish_bindings))
+        let mut message = Self::from_envelope(envelope, publish_bindings);
+        if let Some(priority) = options.priority.or(origin.priority) {
+            message
+                .properties
+                .insert("RMQ-Priority".into(), Value::from(priority));
+        }
+        message.timestamp_headers = options.timestamp_headers;
+        Ok(message)
     }
 
     /// Wraps a complete envelope as an outgoing message.
@@ -334,6 +395,7 @@ impl MessageFactory {
             expiration_time: envelope.expiration_time,
             publish_bindings,
             properties: Map::new(),
+            timestamp_headers: Vec::new(),
         }
     }
 }
@@ -355,6 +417,30 @@ mod tests {
                 .unwrap()
                 .implements(MessageType::parse("Bookstore.Contracts:IOrderEvent").unwrap())
         }
+    }
+
+    #[test]
+    fn priority_comes_from_the_consumed_message_unless_set() {
+        let factory = MessageFactory::new(HostAddress::new("rabbitmq", "localhost", None, "/"));
+        let origin = MessageOrigin {
+            priority: Some(4),
+            ..MessageOrigin::default()
+        };
+        let order = OrderPlaced {
+            order_id: Uuid::nil(),
+        };
+        let copied = factory
+            .publish(&order, &origin, SendOptions::new())
+            .unwrap();
+        assert_eq!(copied.properties["RMQ-Priority"], 4);
+        let own = factory
+            .publish(&order, &origin, SendOptions::new().priority(8))
+            .unwrap();
+        assert_eq!(own.properties["RMQ-Priority"], 8);
+        let none = factory
+            .publish(&order, &MessageOrigin::default(), SendOptions::new())
+            .unwrap();
+        assert!(none.properties.is_empty());
     }
 
     #[test]

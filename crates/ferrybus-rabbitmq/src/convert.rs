@@ -39,6 +39,20 @@ pub(crate) fn merge_headers(table: &mut FieldTable, headers: &Headers) {
     }
 }
 
+/// A time header as an AMQP timestamp (seconds since the Unix epoch), as MassTransit's
+/// `AmqpTimestampExtensions.SetAmqpTimestamp` writes it; a time before the epoch stays text.
+fn set_timestamp(table: &mut FieldTable, name: &str, text: Option<&str>) {
+    let Some(time) = text.and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok()) else {
+        return;
+    };
+    let Ok(seconds) = u64::try_from(time.timestamp()) else {
+        return;
+    };
+    if let Ok(key) = ShortString::try_new(name) {
+        table.insert(key, AMQPValue::Timestamp(seconds));
+    }
+}
+
 fn remove_key(table: &mut FieldTable, name: &str) {
     if table.contains_key(name) {
         let kept = table
@@ -115,6 +129,9 @@ fn decimal_text(value: u32, scale: u8) -> String {
 pub(crate) fn outgoing_properties(message: &OutgoingMessage) -> BasicProperties {
     let mut headers = FieldTable::default();
     merge_headers(&mut headers, &message.headers);
+    for name in &message.timestamp_headers {
+        set_timestamp(&mut headers, name, message.headers.get_str(name));
+    }
     let mut properties = BasicProperties::default()
         .with_delivery_mode(2)
         .with_headers(headers);
@@ -148,6 +165,7 @@ pub(crate) fn inbound(delivery: &lapin::message::Delivery, body: Bytes) -> Deliv
         redelivered: delivery.redelivered,
         exchange: delivery.exchange.to_string(),
         routing_key: delivery.routing_key.to_string(),
+        priority: *p.priority(),
         extensions: http::Extensions::new(),
     }
 }
@@ -175,6 +193,47 @@ mod tests {
         for dropped in ["Off", "MT-Request-AcceptType", "Obj", "Gone"] {
             assert!(!t.contains_key(dropped), "{dropped}");
         }
+    }
+
+    #[test]
+    fn time_headers_go_out_as_amqp_timestamps() {
+        use chrono::TimeZone;
+        let at = chrono::Utc
+            .with_ymd_and_hms(2025, 5, 24, 18, 39, 56)
+            .unwrap();
+        let before_epoch = chrono::Utc.with_ymd_and_hms(1960, 1, 1, 0, 0, 0).unwrap();
+        let options = ferrybus_core::SendOptions::new()
+            .header_time("Promised", at)
+            .header_time("Old", before_epoch);
+        let mut message = sample_message();
+        message.headers = options.headers().clone();
+        message.timestamp_headers = vec!["Promised".into(), "Old".into()];
+        let properties = outgoing_properties(&message);
+        let headers = properties.headers().as_ref().unwrap().inner();
+        assert_eq!(
+            headers["Promised"],
+            AMQPValue::Timestamp(at.timestamp() as u64)
+        );
+        assert_eq!(
+            headers["Old"],
+            AMQPValue::LongString("1960-01-01T00:00:00.0000000Z".into())
+        );
+    }
+
+    fn sample_message() -> OutgoingMessage {
+        let factory = ferrybus_core::MessageFactory::new(ferrybus_core::HostAddress::loopback());
+        factory
+            .build(
+                &ferrybus_core::MessageType::new(
+                    ferrybus_core::TypeName::parse("urn:message:Shop:OrderPlaced").unwrap(),
+                ),
+                serde_json::json!({}),
+                "rabbitmq://localhost/Shop:OrderPlaced".into(),
+                &ferrybus_core::MessageOrigin::default(),
+                ferrybus_core::SendOptions::new(),
+                true,
+            )
+            .unwrap()
     }
 
     #[test]

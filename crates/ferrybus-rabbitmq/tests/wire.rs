@@ -567,3 +567,77 @@ async fn alternate_and_bound_exchanges_from_the_address() {
     bus.stop().await;
     probe.cleanup().await;
 }
+
+/// What a consumer sends takes the AMQP priority of the message it consumes (MassTransit's
+/// `RabbitMqSendTransportContext.CopyIncomingPropertiesIfPresent`), unless it sets its own; a
+/// header whose value is a time goes out as an AMQP timestamp, as MassTransit sends `DateTime`
+/// header values (`RabbitMqSendTransportContext.SetHeaders`, `AmqpTimestampExtensions`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn priority_is_copied_and_time_headers_are_amqp_timestamps() {
+    use chrono::TimeZone;
+    use ferrybus_core::SendOptions;
+    let _one_at_a_time = SHARED_EXCHANGES.lock().await;
+    let probe = Probe::connect(&amqp_url()).await;
+    let queue = unique("wire-priority");
+    let copied = unique("wire-priority-copied");
+    let own = unique("wire-priority-own");
+    probe.track_endpoint(&queue);
+    probe.track(&[], &["FerrybusTests.Wire:OrderPlaced", &copied, &own]);
+    let copied_listener = probe.bind_probe(&copied).await;
+    let own_listener = probe.bind_probe(&own).await;
+    let promised = chrono::Utc
+        .with_ymd_and_hms(2025, 5, 24, 18, 39, 56)
+        .unwrap();
+    let (copied_to, own_to) = (format!("exchange:{copied}"), format!("exchange:{own}"));
+    let bus = start(
+        RabbitMqBus::builder(&amqp_url()).receive_endpoint(&queue, move |e| {
+            e.consumer(consumer_fn(
+                "ForwardingConsumer",
+                move |ctx: ConsumeContext<OrderPlaced>| {
+                    let (copied_to, own_to) = (copied_to.clone(), own_to.clone());
+                    async move {
+                        let order = ctx.message().clone();
+                        let timed = SendOptions::new().header_time("Promised", promised);
+                        ctx.send_with(&copied_to, &order, timed).await?;
+                        let own = SendOptions::new().priority(9);
+                        ctx.send_with(&own_to, &order, own).await?;
+                        Ok::<_, ConsumeError>(())
+                    }
+                },
+            ))
+        }),
+    )
+    .await;
+
+    let id = Uuid::now_v7();
+    let envelope = body(serde_json::json!({
+        "messageId": id,
+        "messageType": [URN],
+        "message": {"orderId": Uuid::now_v7(), "total": "1", "lines": []}
+    }));
+    probe
+        .publish(
+            "",
+            &queue,
+            &envelope,
+            mt_properties(&id.to_string()).with_priority(5),
+        )
+        .await;
+
+    let got = probe.wait_get(&copied_listener).await;
+    assert_eq!(*got.delivery.properties.priority(), Some(5));
+    let headers = got.delivery.properties.headers().clone().unwrap();
+    assert_eq!(
+        headers.inner()["Promised"],
+        lapin::types::AMQPValue::Timestamp(promised.timestamp() as u64)
+    );
+    let sent: serde_json::Value = serde_json::from_slice(&got.delivery.data).unwrap();
+    assert_eq!(
+        sent["headers"]["Promised"], "2025-05-24T18:39:56.0000000Z",
+        "the envelope keeps .NET's round-trip text"
+    );
+    let got = probe.wait_get(&own_listener).await;
+    assert_eq!(*got.delivery.properties.priority(), Some(9));
+    bus.stop().await;
+    probe.cleanup().await;
+}

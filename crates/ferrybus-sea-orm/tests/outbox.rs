@@ -346,7 +346,7 @@ async fn rows_are_valid_for_dotnet(shape: Shape) {
     let tdb = TestDb::new(shape).await;
     let storage = tdb.storage().await;
     let txn = tdb.db.begin().await.unwrap();
-    let options = SendOptions::new().header("Tenant", "acme");
+    let options = SendOptions::new().header("Tenant", "acme").priority(6);
     let id = outbox(&storage)
         .on(&txn)
         .publish_with(
@@ -379,6 +379,10 @@ async fn rows_are_valid_for_dotnet(shape: Shape) {
     let props: serde_json::Value =
         serde_json::from_str(&row.try_get::<String>("", "props").unwrap()).unwrap();
     assert_eq!(props["RMQ-Exchange"], "Billing.Contracts:InvoiceCreated");
+    assert_eq!(
+        props["RMQ-Priority"], 6,
+        "kept as MassTransit's outbox keeps it"
+    );
     let headers: serde_json::Value =
         serde_json::from_str(&row.try_get::<String>("", "headers").unwrap()).unwrap();
     assert_eq!(headers["Tenant"], "acme");

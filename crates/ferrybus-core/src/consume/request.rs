@@ -35,6 +35,8 @@ pub struct ReceivedMessage {
     pub transport_headers: Headers,
     /// The body's content type.
     pub content_type: String,
+    /// The transport's message priority, if it had one.
+    pub priority: Option<u8>,
 }
 
 impl ReceivedMessage {

@@ -32,6 +32,9 @@ pub struct Delivery {
     pub exchange: String,
     /// The routing key it was published with.
     pub routing_key: String,
+    /// The transport's message priority (AMQP `priority`), copied onto what a consumer of it
+    /// sends, as MassTransit's RabbitMQ transport does.
+    pub priority: Option<u8>,
     /// Values the transport or endpoint layers attach (e.g. a tracing context).
     pub extensions: http::Extensions,
 }
@@ -48,6 +51,17 @@ impl Delivery {
     /// Sets the content type property.
     pub fn content_type(mut self, content_type: impl Into<String>) -> Self {
         self.content_type = Some(content_type.into());
+        self
+    }
+
+    /// Sets the transport's message priority.
+    ///
+    /// ```
+    /// use ferrybus_core::Delivery;
+    /// assert_eq!(Delivery::new(b"{}".to_vec()).priority(5).priority, Some(5));
+    /// ```
+    pub fn priority(mut self, priority: u8) -> Self {
+        self.priority = Some(priority);
         self
     }
 

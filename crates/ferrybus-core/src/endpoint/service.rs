@@ -149,6 +149,7 @@ impl Inner {
             redelivered: delivery.redelivered,
             transport_headers: std::mem::take(&mut delivery.headers),
             content_type: read.content_type.to_owned(),
+            priority: delivery.priority,
         });
         let matching: Vec<&Registration> = self
             .consumers
@@ -324,7 +325,7 @@ impl Inner {
         if error.retry_count() > 0 {
             options = options.header("MT-Fault-RetryCount", i64::from(error.retry_count()));
         }
-        let origin = MessageOrigin::consumed(envelope, &self.input_address);
+        let origin = MessageOrigin::received(received);
         let target = envelope
             .fault_address
             .as_ref()

@@ -233,6 +233,7 @@ pub(crate) fn read_message(row: &QueryResult) -> Result<StoredRow, StoreError> {
         expiration_time: model.expiration_time,
         publish_bindings: Vec::new(),
         properties: read_properties(model.properties.as_deref()),
+        timestamp_headers: Vec::new(),
     };
     message.derive_publish_bindings();
     Ok(StoredRow {

@@ -842,6 +842,7 @@ mod tests {
             expiration_time: None,
             publish_bindings: Vec::new(),
             properties: Default::default(),
+            timestamp_headers: Vec::new(),
         }
     }
 
