@@ -28,7 +28,7 @@ pub mod outgoing;
 pub mod publish;
 pub mod resilience;
 
-pub use address::{AddressError, EndpointAddress, HostAddress};
+pub use address::{AddressError, EndpointAddress, HostAddress, DIRECT_REPLY_TO};
 pub use bus::{Background, BusConfig, ConfigError, Storage};
 pub use consume::{
     BoxConsumeLayer, BoxConsumeService, ConsumeOutcome, ConsumeRequest, ConsumerInfo,

@@ -73,6 +73,13 @@ impl OutgoingMessage {
         })
     }
 
+    /// Whether it goes to RabbitMQ's direct reply-to pseudo-queue (`…/amq.rabbitmq.reply-to`, a
+    /// requester using direct reply-to), as MassTransit's `IsReplyToAddress` tells it.
+    pub fn is_reply_to(&self) -> bool {
+        self.destination()
+            .is_ok_and(|address| address.name == crate::address::DIRECT_REPLY_TO)
+    }
+
     /// The destination entity (exchange) name: the last path segment of the destination address.
     pub fn destination(&self) -> Result<EndpointAddress, AddressError> {
         EndpointAddress::parse(&self.destination_address)
@@ -241,6 +248,9 @@ pub struct MessageOrigin {
     pub headers: Headers,
     /// The consumed message's transport priority, given to what is sent unless set.
     pub priority: Option<u8>,
+    /// The consumed message's transport reply-to (a direct reply-to requester), where a response
+    /// to `…/amq.rabbitmq.reply-to` is routed.
+    pub reply_to: Option<String>,
 }
 
 impl MessageOrigin {
@@ -252,6 +262,7 @@ impl MessageOrigin {
             initiator_id: consumed.correlation_id.or(consumed.request_id),
             headers: consumed.headers.transferable(),
             priority: None,
+            reply_to: None,
         }
     }
 
@@ -260,6 +271,7 @@ impl MessageOrigin {
     pub fn received(received: &crate::ReceivedMessage) -> Self {
         Self {
             priority: received.priority,
+            reply_to: received.reply_to.clone(),
             ..Self::consumed(&received.envelope, &received.input_address)
         }
     }
@@ -371,6 +383,15 @@ impl MessageFactory {
                 .insert("RMQ-Priority".into(), Value::from(priority));
         }
         message.timestamp_headers = options.timestamp_headers;
+        if let Some(reply_to) = origin.reply_to.as_ref().filter(|_| message.is_reply_to()) {
+            // MassTransit's `ReplyToSendEndpoint` routes by the requester's reply-to name and
+            // `CopyIncomingPropertiesIfPresent` copies it onto the response.
+            for key in ["RMQ-RoutingKey", "RMQ-ReplyTo"] {
+                message
+                    .properties
+                    .insert(key.into(), Value::from(reply_to.as_str()));
+            }
+        }
         Ok(message)
     }
 

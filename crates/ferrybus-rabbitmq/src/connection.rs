@@ -38,6 +38,16 @@ impl Live {
         self.connection.status().connected()
     }
 
+    /// How long a publish may take (the settings' publish timeout).
+    pub(crate) fn publish_timeout(&self) -> Duration {
+        self.settings.publish_timeout
+    }
+
+    /// A new channel in confirm mode (for a consumer that also publishes).
+    pub(crate) async fn create_confirm_channel(&self) -> Result<Channel> {
+        ChannelSlot::new(true).get(&self.connection).await
+    }
+
     /// A new channel (for a consumer).
     pub(crate) async fn create_channel(&self) -> Result<Channel> {
         self.connection
@@ -60,6 +70,18 @@ impl Live {
         properties: BasicProperties,
     ) -> Result<()> {
         let channel = self.publish.get(&self.connection).await?;
+        self.publish_on(&channel, target, body, properties).await
+    }
+
+    /// [`publish`](Self::publish) on a channel of the caller's (in confirm mode), e.g. the one
+    /// consuming direct reply-to responses, which must also carry the requests.
+    pub(crate) async fn publish_on(
+        &self,
+        channel: &Channel,
+        target: PublishTarget<'_>,
+        body: &[u8],
+        properties: BasicProperties,
+    ) -> Result<()> {
         let options = BasicPublishOptions {
             mandatory: target.mandatory,
             ..BasicPublishOptions::default()

@@ -166,6 +166,7 @@ pub(crate) fn inbound(delivery: &lapin::message::Delivery, body: Bytes) -> Deliv
         exchange: delivery.exchange.to_string(),
         routing_key: delivery.routing_key.to_string(),
         priority: *p.priority(),
+        reply_to: p.reply_to().as_ref().map(ToString::to_string),
         extensions: http::Extensions::new(),
     }
 }

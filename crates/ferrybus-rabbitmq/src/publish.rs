@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use ferrybus_core::{EndpointAddress, MessageSink, OutgoingMessage, PublishError};
+use ferrybus_core::{EndpointAddress, MessageSink, OutgoingMessage, PublishError, DIRECT_REPLY_TO};
 
 use std::time::Duration;
 
@@ -46,23 +46,35 @@ impl Publisher {
 
     /// Sends one message and waits for the broker's confirm.
     pub(crate) async fn send(&self, message: &OutgoingMessage) -> Result<()> {
-        let address = message.destination()?;
         let timeout = self.connector.publish_timeout();
         let live = self.connector.live(timeout).await?;
+        Self::send_on(&live, None, message).await
+    }
+
+    /// Sends one message on `channel` of `live` (the shared publish channel when `None`).
+    pub(crate) async fn send_on(
+        live: &Live,
+        channel: Option<&lapin::Channel>,
+        message: &OutgoingMessage,
+    ) -> Result<()> {
+        let address = message.destination()?;
+        let timeout = live.publish_timeout();
         // The confirm wait has its own deadline; this one also bounds opening the channel and
         // declaring the destination, so a publish never hangs on a stalled connection.
-        let result =
-            tokio::time::timeout(timeout, Self::declare_and_publish(&live, &address, message))
-                .await
-                .unwrap_or_else(|_| {
-                    Err(RabbitMqError::new(
-                        ErrorKind::Timeout,
-                        format!(
-                            "publishing to exchange {:?} took longer than {timeout:?}",
-                            address.name
-                        ),
-                    ))
-                });
+        let result = tokio::time::timeout(
+            timeout,
+            Self::declare_and_publish(live, &address, message, channel),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            Err(RabbitMqError::new(
+                ErrorKind::Timeout,
+                format!(
+                    "publishing to exchange {:?} took longer than {timeout:?}",
+                    address.name
+                ),
+            ))
+        });
         if result
             .as_ref()
             .is_err_and(|e| e.kind() == ErrorKind::Broker)
@@ -84,13 +96,29 @@ impl Publisher {
         live: &Live,
         address: &EndpointAddress,
         message: &OutgoingMessage,
+        channel: Option<&lapin::Channel>,
     ) -> Result<()> {
-        let channel = live.declare_channel().await?;
-        live.topology
-            .destination(&channel, address, &message.publish_bindings)
-            .await?;
         let row = RowProperties::read(&message.properties);
-        let exchange = row.exchange.as_deref().unwrap_or(&address.name);
+        let mut exchange = row.exchange.as_deref().unwrap_or(&address.name);
+        if exchange == DIRECT_REPLY_TO {
+            // As MassTransit's RabbitMqSendTransportContext: the reply-to pseudo-queue has no
+            // topology; its responses go through the default exchange, routed by the reply-to name.
+            if row.routing_key.is_empty() {
+                return Err(RabbitMqError::new(
+                    ErrorKind::Config,
+                    format!(
+                        "RoutingKey must be specified when sending to reply-to address {:?}",
+                        message.destination_address
+                    ),
+                ));
+            }
+            exchange = "";
+        } else {
+            let declare = live.declare_channel().await?;
+            live.topology
+                .destination(&declare, address, &message.publish_bindings)
+                .await?;
+        }
         let properties = row.apply(outgoing_properties(message));
         if let Some(delay) = row.delay.filter(|d| !d.is_zero() && !exchange.is_empty()) {
             // As MassTransit's RabbitMqSendTransportContext: through `<exchange>_delay` (the
@@ -117,7 +145,13 @@ impl Publisher {
             routing_key: &row.routing_key,
             mandatory: row.mandatory,
         };
-        live.publish(target, &message.body, properties).await
+        match channel {
+            Some(channel) => {
+                live.publish_on(channel, target, &message.body, properties)
+                    .await
+            }
+            None => live.publish(target, &message.body, properties).await,
+        }
     }
 }
 

@@ -7,7 +7,7 @@ use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ferrybus_core::{Envelope, Message, Publish, SendOptions};
+use ferrybus_core::{Envelope, Message, OutgoingMessage, Publish, SendOptions, DIRECT_REPLY_TO};
 use futures::StreamExt;
 use lapin::options::BasicConsumeOptions;
 use lapin::types::{AMQPValue, FieldTable};
@@ -18,6 +18,7 @@ use uuid::Uuid;
 use crate::bus::RabbitMqBus;
 use crate::connection::{Connector, Live};
 use crate::error::{ErrorKind, RabbitMqError, Result};
+use crate::publish::Publisher;
 use crate::topology::{short, QueueDecl};
 
 type Pending = Arc<Mutex<HashMap<Uuid, oneshot::Sender<Envelope>>>>;
@@ -28,6 +29,9 @@ type Pending = Arc<Mutex<HashMap<Uuid, oneshot::Sender<Envelope>>>>;
 pub(crate) struct ResponseEndpoint {
     pending: Pending,
     stop: CancellationToken,
+    /// The channel consuming `amq.rabbitmq.reply-to` for direct reply-to clients, per connection
+    /// generation (opened on first use).
+    direct: tokio::sync::Mutex<Option<(u64, lapin::Channel)>>,
 }
 
 impl ResponseEndpoint {
@@ -35,6 +39,7 @@ impl ResponseEndpoint {
         let this = Arc::new(Self {
             pending: Arc::default(),
             stop: CancellationToken::new(),
+            direct: tokio::sync::Mutex::new(None),
         });
         let decl = bus_queue(&queue);
         let live = connector.live(connector.publish_timeout()).await?;
@@ -52,6 +57,45 @@ impl ResponseEndpoint {
 
     pub(crate) fn stop(&self) {
         self.stop.cancel();
+    }
+
+    /// Publishes a direct reply-to request on the channel that consumes the replies (RabbitMQ
+    /// routes a reply only to the channel that published the request).
+    async fn send_direct(&self, connector: &Connector, message: &OutgoingMessage) -> Result<()> {
+        let live = connector.live(connector.publish_timeout()).await?;
+        let channel = self.direct_channel(&live).await?;
+        Publisher::send_on(&live, Some(&channel), message).await
+    }
+
+    async fn direct_channel(&self, live: &Arc<Live>) -> Result<lapin::Channel> {
+        let mut slot = self.direct.lock().await;
+        if let Some((generation, channel)) = slot.as_ref() {
+            if *generation == live.generation && channel.status().connected() {
+                return Ok(channel.clone());
+            }
+        }
+        let channel = live.create_confirm_channel().await?;
+        let options = BasicConsumeOptions {
+            no_ack: true,
+            ..BasicConsumeOptions::default()
+        };
+        let consumer = channel
+            .basic_consume(
+                DIRECT_REPLY_TO.into(),
+                "".into(),
+                options,
+                FieldTable::default(),
+            )
+            .await
+            .map_err(|e| RabbitMqError::amqp("consuming amq.rabbitmq.reply-to", e))?;
+        tokio::spawn(receive_direct(
+            self.pending.clone(),
+            self.stop.clone(),
+            live.clone(),
+            consumer,
+        ));
+        *slot = Some((live.generation, channel.clone()));
+        Ok(channel)
     }
 
     fn register(&self, request_id: Uuid) -> oneshot::Receiver<Envelope> {
@@ -138,6 +182,25 @@ async fn receive(
     }
 }
 
+/// Dispatches direct reply-to responses until the channel closes (the next request opens a new
+/// one) or the bus stops.
+async fn receive_direct(
+    pending: Pending,
+    stop: CancellationToken,
+    live: Arc<Live>,
+    mut consumer: lapin::Consumer,
+) {
+    let _live = live;
+    loop {
+        let next = tokio::select! {
+            next = consumer.next() => next,
+            () = stop.cancelled() => return,
+        };
+        let Some(Ok(delivery)) = next else { return };
+        dispatch(&pending, &delivery.data);
+    }
+}
+
 fn dispatch(pending: &Pending, body: &[u8]) {
     let Ok(envelope) = Envelope::from_slice(body) else {
         tracing::warn!(target: "ferrybus::rabbitmq", "discarding an unreadable response");
@@ -186,6 +249,7 @@ pub struct RequestClient<Req> {
     bus: RabbitMqBus,
     address: Option<String>,
     timeout: Duration,
+    direct_reply_to: bool,
     _request: PhantomData<fn(Req)>,
 }
 
@@ -194,6 +258,7 @@ impl<Req> std::fmt::Debug for RequestClient<Req> {
         f.debug_struct("RequestClient")
             .field("address", &self.address)
             .field("timeout", &self.timeout)
+            .field("direct_reply_to", &self.direct_reply_to)
             .finish()
     }
 }
@@ -205,6 +270,7 @@ impl RabbitMqBus {
             bus: self.clone(),
             address: Some(address.to_owned()),
             timeout: Duration::from_secs(30),
+            direct_reply_to: false,
             _request: PhantomData,
         }
     }
@@ -236,25 +302,47 @@ impl<Req: Message> RequestClient<Req> {
         self
     }
 
+    /// Receives responses through RabbitMQ's direct reply-to (`amq.rabbitmq.reply-to`) instead
+    /// of the bus's temporary queue, as MassTransit's `CreateReplyToClientFactory` /
+    /// `SetRabbitMqReplyToRequestClientFactory` do (`RabbitMqRequestClientExtensions.cs`): the
+    /// response address is `…/amq.rabbitmq.reply-to`, the request carries the AMQP `reply_to`,
+    /// and requests go out on the channel that consumes the replies. A responder (ferrybus or
+    /// .NET) routes its response by that `reply_to`. Replies are not durable: a response sent
+    /// while the connection is being re-opened is lost, and the request times out.
+    ///
+    /// ```no_run
+    /// # use ferrybus_core::{Message, MessageType};
+    /// # #[derive(serde::Serialize, serde::Deserialize)] struct CheckOrder { id: u32 }
+    /// # impl Message for CheckOrder { fn message_type() -> MessageType { MessageType::parse("Shop:CheckOrder").unwrap() } }
+    /// # async fn run(bus: ferrybus_rabbitmq::RabbitMqBus) {
+    /// let client = bus.request_client::<CheckOrder>("queue:order-status").direct_reply_to();
+    /// # let _ = client; }
+    /// ```
+    pub fn direct_reply_to(mut self) -> Self {
+        self.direct_reply_to = true;
+        self
+    }
+
     /// Sends `request` and waits for a `Res`. A `Fault<Req>` answer is an [`ErrorKind::Fault`]
     /// error; no answer within the timeout is an [`ErrorKind::Timeout`] error.
     pub async fn get_response<Res: Message>(&self, request: &Req) -> Result<Response<Res>> {
         let responses = self.bus.responses().await?;
         let request_id = Uuid::now_v7();
         let accept = serde_json::json!([Res::message_type().urn()]);
+        let response_address = if self.direct_reply_to {
+            self.bus.host().entity_address(DIRECT_REPLY_TO)
+        } else {
+            self.bus.address().to_owned()
+        };
         let options = SendOptions::new()
             .request_id(request_id)
-            .response_address(self.bus.address())
+            .response_address(response_address)
             .time_to_live(self.timeout)
             .header("MT-Request-AcceptType", accept);
         let waiting = responses.register(request_id);
-        let sent = match &self.address {
-            Some(address) => self.bus.send_with(address, request, options).await,
-            None => self.bus.publish_with(request, options).await,
-        };
-        if let Err(error) = sent {
+        if let Err(error) = self.send(&responses, request, options).await {
             responses.forget(request_id);
-            return Err(error.into());
+            return Err(error);
         }
         let envelope = match tokio::time::timeout(self.timeout, waiting).await {
             Ok(Ok(envelope)) => envelope,
@@ -271,6 +359,35 @@ impl<Req: Message> RequestClient<Req> {
             }
         };
         read_response::<Req, Res>(envelope)
+    }
+}
+
+impl<Req: Message> RequestClient<Req> {
+    async fn send(
+        &self,
+        responses: &ResponseEndpoint,
+        request: &Req,
+        options: SendOptions,
+    ) -> Result<()> {
+        if !self.direct_reply_to {
+            return match &self.address {
+                Some(address) => self.bus.send_with(address, request, options).await,
+                None => self.bus.publish_with(request, options).await,
+            }
+            .map(drop)
+            .map_err(Into::into);
+        }
+        let (factory, origin) = (self.bus.message_factory(), self.bus.message_origin());
+        let mut message = match &self.address {
+            Some(address) => factory.send(address, request, origin, options),
+            None => factory.publish(request, origin, options),
+        }?;
+        message
+            .properties
+            .insert("RMQ-ReplyTo".into(), DIRECT_REPLY_TO.into());
+        responses
+            .send_direct(&self.bus.inner.connector, &message)
+            .await
     }
 }
 

@@ -770,3 +770,117 @@ async fn request_response_and_faulted_requests() {
     bus.stop().await;
     probe.cleanup().await;
 }
+
+/// RabbitMQ's direct reply-to, as MassTransit's `CreateReplyToClientFactory` uses it: the
+/// response address is `…/amq.rabbitmq.reply-to`, the request carries the AMQP `reply_to` the
+/// broker rewrites, and the responder routes the response (and a `Fault<T>`) by it. The second
+/// half is a requester written against the raw client, as a .NET one sends it: ferrybus's
+/// responder answers it the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_reply_to_requests_both_ways() {
+    use futures::StreamExt;
+    use lapin::options::{BasicConsumeOptions, BasicPublishOptions, ConfirmSelectOptions};
+    let probe = Probe::connect(&amqp_url()).await;
+    let queue = unique("status-direct");
+    probe.track_endpoint(&queue);
+    probe.track(
+        &[],
+        &[
+            "FerrybusTests.Request:CheckStatus",
+            "FerrybusTests.Request:StatusResult",
+        ],
+    );
+    let responder = consumer_fn(
+        "StatusConsumer",
+        |ctx: ConsumeContext<CheckStatus>| async move {
+            if ctx.message().fail {
+                return Err(ConsumeError::handler("no such order"));
+            }
+            let result = StatusResult {
+                n: ctx.message().n * 10,
+                fail: false,
+            };
+            ctx.respond(&result).await?;
+            Ok(())
+        },
+    );
+    let server = start(
+        RabbitMqBus::builder(&amqp_url()).receive_endpoint(&queue, |e| e.consumer(responder)),
+    )
+    .await;
+    let client_bus = start(RabbitMqBus::builder(&amqp_url())).await;
+    let client = client_bus
+        .request_client::<CheckStatus>(&format!("queue:{queue}"))
+        .timeout(Duration::from_secs(10))
+        .direct_reply_to();
+    for n in 1..=3 {
+        let response = client
+            .get_response::<StatusResult>(&CheckStatus { n, fail: false })
+            .await
+            .unwrap();
+        assert_eq!(response.message.n, n * 10);
+        let to = response.envelope.destination_address.unwrap_or_default();
+        assert!(to.ends_with("/amq.rabbitmq.reply-to"), "{to}");
+    }
+    let fault = client
+        .get_response::<StatusResult>(&CheckStatus { n: 1, fail: true })
+        .await
+        .unwrap_err();
+    assert_eq!(fault.kind(), ErrorKind::Fault);
+    assert!(fault.to_string().contains("no such order"), "{fault}");
+
+    // A requester on the raw client, publishing on the channel that consumes the replies.
+    let connection = lapin::Connection::connect(&amqp_url(), Default::default())
+        .await
+        .unwrap();
+    let channel = connection.create_channel().await.unwrap();
+    channel
+        .confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    let no_ack = BasicConsumeOptions {
+        no_ack: true,
+        ..Default::default()
+    };
+    let mut replies = channel
+        .basic_consume(
+            "amq.rabbitmq.reply-to".into(),
+            "".into(),
+            no_ack,
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let (id, request_id) = (uuid::Uuid::now_v7(), uuid::Uuid::now_v7());
+    let request = serde_json::json!({
+        "messageId": id,
+        "requestId": request_id,
+        "responseAddress": "rabbitmq://localhost/amq.rabbitmq.reply-to",
+        "messageType": ["urn:message:FerrybusTests.Request:CheckStatus"],
+        "message": {"n": 7, "fail": false}
+    });
+    channel
+        .basic_publish(
+            "".into(),
+            queue.as_str().into(),
+            BasicPublishOptions::default(),
+            &serde_json::to_vec(&request).unwrap(),
+            mt_properties(&id.to_string()).with_reply_to("amq.rabbitmq.reply-to".into()),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    let reply = tokio::time::timeout(WAIT, replies.next())
+        .await
+        .expect("a reply within the wait")
+        .unwrap()
+        .unwrap();
+    let envelope = Envelope::from_slice(&reply.data).unwrap();
+    assert_eq!(envelope.request_id, Some(request_id));
+    assert_eq!(envelope.message["n"], 70);
+    let _ = connection.close(200, "".into()).await;
+    client_bus.stop().await;
+    server.stop().await;
+    probe.cleanup().await;
+}

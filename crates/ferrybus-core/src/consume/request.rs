@@ -37,6 +37,8 @@ pub struct ReceivedMessage {
     pub content_type: String,
     /// The transport's message priority, if it had one.
     pub priority: Option<u8>,
+    /// The transport's reply-to property, if it had one.
+    pub reply_to: Option<String>,
 }
 
 impl ReceivedMessage {

@@ -35,6 +35,9 @@ pub struct Delivery {
     /// The transport's message priority (AMQP `priority`), copied onto what a consumer of it
     /// sends, as MassTransit's RabbitMQ transport does.
     pub priority: Option<u8>,
+    /// The transport's reply-to property (RabbitMQ's direct reply-to name of the requester), used
+    /// for responses to a `…/amq.rabbitmq.reply-to` response address.
+    pub reply_to: Option<String>,
     /// Values the transport or endpoint layers attach (e.g. a tracing context).
     pub extensions: http::Extensions,
 }

@@ -150,6 +150,7 @@ impl Inner {
             transport_headers: std::mem::take(&mut delivery.headers),
             content_type: read.content_type.to_owned(),
             priority: delivery.priority,
+            reply_to: delivery.reply_to.take(),
         });
         let matching: Vec<&Registration> = self
             .consumers
