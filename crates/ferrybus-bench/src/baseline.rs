@@ -258,7 +258,7 @@ pub(crate) async fn outbox(
                     conversation_id: None,
                     initiator_id: None,
                     headers: Default::default(),
-..MessageOrigin::default()
+                    ..MessageOrigin::default()
                 };
                 let accepted = OrderAccepted {
                     order_id: envelope.message.order_id,

@@ -326,3 +326,95 @@ async fn a_message_at_the_quorum_delivery_limit_ends_in_error_with_its_fault() {
     bus.stop().await;
     probe.cleanup().await;
 }
+
+/// A message whose failure looks transient (a refused connection) while the other messages of
+/// the endpoint get through is poison, not an outage: after its strikes it is handled as an
+/// ordinary failure and lands in `_error` with its fault, instead of pausing the endpoint every
+/// time it comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_that_fails_transiently_while_others_succeed_ends_in_error() {
+    ferrybus_testing::init_tracing();
+    let probe = Probe::connect(&amqp_url()).await;
+    let queue = unique("pause-poison");
+    probe.track_endpoint(&queue);
+    let good = Arc::new(AtomicU32::new(0));
+    let g = good.clone();
+    let bus = start(
+        RabbitMqBus::builder(&amqp_url()).receive_endpoint(&queue, |e| {
+            e.bind_message_types(false)
+                .concurrency(4)
+                .retry(RetryPolicy::immediate(1))
+                .transient_strikes(2)
+                .consumer(consumer_fn("Picky", move |ctx: ConsumeContext<Job>| {
+                    let poison = ctx.message().n == 0;
+                    let g = g.clone();
+                    async move {
+                        if poison {
+                            // The one request this API always refuses.
+                            return Err(std::io::Error::from(
+                                std::io::ErrorKind::ConnectionRefused,
+                            )
+                            .into());
+                        }
+                        g.fetch_add(1, Ordering::SeqCst);
+                        Ok::<(), ConsumeError>(())
+                    }
+                }))
+        }),
+    )
+    .await;
+    let mut events = bus.events();
+    let to = format!("queue:{queue}");
+    bus.send(&to, &Job { n: 0, fail: true }).await.unwrap();
+    // Other work keeps arriving meanwhile, and gets through.
+    let feeder = {
+        let (bus, to) = (bus.clone(), to.clone());
+        tokio::spawn(async move {
+            for n in 1.. {
+                if bus.send(&to, &Job { n, fail: false }).await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+    };
+    let moved = probe.wait_get(&format!("{queue}_error")).await;
+    feeder.abort();
+    let seen = {
+        let mut seen = Vec::new();
+        while let Ok(event) = events.try_recv() {
+            seen.push(event);
+        }
+        seen
+    };
+    assert!(
+        count(&seen, |e| matches!(e, Event::EndpointPaused { .. })) >= 2,
+        "it paused the endpoint for its strikes first: {seen:?}"
+    );
+    assert!(good.load(Ordering::SeqCst) > 0);
+    let body: serde_json::Value = serde_json::from_slice(&moved.delivery.data).unwrap();
+    assert_eq!(body["message"]["n"], 0);
+    assert!(
+        header_str(&moved, "MT-Fault-Message")
+            .unwrap_or_default()
+            .contains("refused"),
+        "the fault names the failure"
+    );
+    // The endpoint carries on.
+    let before = good.load(Ordering::SeqCst);
+    bus.send(
+        &to,
+        &Job {
+            n: 1000,
+            fail: false,
+        },
+    )
+    .await
+    .unwrap();
+    eventually("the endpoint consumes again", WAIT, || async {
+        (good.load(Ordering::SeqCst) > before).then_some(())
+    })
+    .await;
+    bus.stop().await;
+    probe.cleanup().await;
+}

@@ -250,7 +250,7 @@ impl Twin {
             conversation_id: envelope.conversation_id,
             initiator_id: envelope.correlation_id,
             headers: Default::default(),
-..MessageOrigin::default()
+            ..MessageOrigin::default()
         };
         let mut lease = self.db.lease().await?;
         let conn = lease.get();

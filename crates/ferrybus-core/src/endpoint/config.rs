@@ -22,10 +22,16 @@ use crate::error::ConsumeError;
 use crate::message::{Message, MessageType};
 use crate::outgoing::MessageFactory;
 use crate::publish::SharedSink;
-use crate::resilience::{Classifier, Dependency, EndpointControl, Transience, TransientGuardLayer};
+use crate::resilience::{
+    Classifier, Dependency, EndpointControl, Strikes, Transience, TransientGuardLayer,
+};
 
 /// The default [`EndpointConfig::max_body_size`]: 32 MiB.
 pub const DEFAULT_MAX_BODY_SIZE: usize = 32 * 1024 * 1024;
+
+/// How many times one message may pause an endpoint while others succeed
+/// ([`EndpointConfig::transient_strikes`]).
+pub const DEFAULT_TRANSIENT_STRIKES: u32 = 3;
 
 /// A type-erased endpoint: `Service<Delivery, Response = Settlement, Error = Infallible>`.
 pub type BoxEndpointService = BoxCloneSyncService<Delivery, Settlement, Infallible>;
@@ -86,6 +92,7 @@ pub struct EndpointConfig {
     publish_faults: bool,
     max_body_size: usize,
     pause_on_transient: bool,
+    transient_strikes: u32,
     classifiers: Vec<Classifier>,
 }
 
@@ -126,6 +133,7 @@ impl EndpointConfig {
             publish_faults: true,
             max_body_size: DEFAULT_MAX_BODY_SIZE,
             pause_on_transient: true,
+            transient_strikes: DEFAULT_TRANSIENT_STRIKES,
             classifiers: Vec::new(),
         }
     }
@@ -277,6 +285,23 @@ impl EndpointConfig {
         self
     }
 
+    /// How many times one message may pause the endpoint with a transient-looking failure while
+    /// other messages of the endpoint succeed in between, before it is handled as an ordinary
+    /// failure (retry, redelivery, `_error` with its fault); default 3. Such a message is not
+    /// waiting for its dependency (the others get through): it is poison, and would otherwise
+    /// pause the endpoint again each time it comes back. During a real outage nothing succeeds,
+    /// so no strike is counted.
+    ///
+    /// ```
+    /// use ferrybus_core::EndpointConfig;
+    /// let endpoint = EndpointConfig::new("billing-invoice").transient_strikes(5);
+    /// # let _ = endpoint;
+    /// ```
+    pub fn transient_strikes(mut self, strikes: u32) -> Self {
+        self.transient_strikes = strikes.max(1);
+        self
+    }
+
     /// Adds a rule telling transient failures (of `Dependency::Other`, e.g. an HTTP API the
     /// consumer calls) from the consumer's own errors: `classify` sees each error of a failure's
     /// chain. Asked after the storage's rules, before the built-in ones.
@@ -417,6 +442,7 @@ impl EndpointConfig {
         TransientGuardLayer {
             control: control.clone(),
             transience,
+            strikes: Arc::new(Strikes::new(self.transient_strikes)),
         }
     }
 

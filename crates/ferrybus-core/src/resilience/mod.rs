@@ -49,6 +49,6 @@ pub use circuit_breaker::{CircuitBreaker, CircuitBreakerLayer, CircuitBreakerOpt
 pub use control::{EndpointControl, EndpointState, PauseCause, Paused, ProbeFn, Resume};
 pub use kill_switch::{KillSwitch, KillSwitchLayer, KillSwitchOptions};
 pub use rate_limit::{RateLimit, RateLimitLayer};
-pub(crate) use transient::TransientGuardLayer;
 pub use transient::{builtin, Classifier, Dependency, EndpointPaused, Transience};
+pub(crate) use transient::{Strikes, TransientGuardLayer};
 pub use window::FailureFilter;

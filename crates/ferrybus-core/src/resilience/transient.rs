@@ -127,10 +127,78 @@ pub struct EndpointPaused {
 /// [`Transience`]) pauses the endpoint and the delivery is given back unacknowledged, without
 /// spending a retry; a delivery that reaches it while the endpoint is paused is given back
 /// without running.
+///
+/// A message whose failures look transient while other messages of the endpoint succeed in
+/// between is not waiting for its dependency: it is poison (a request that always times out, a
+/// statement that always hits a lock timeout). After `strike_limit` such failures it is handled as
+/// an ordinary failure (retry, redelivery, `_error` with its fault), so it cannot pause the
+/// endpoint forever. During a real outage nothing succeeds in between, so no strike is counted.
 #[derive(Clone)]
 pub(crate) struct TransientGuardLayer {
     pub(crate) control: EndpointControl,
     pub(crate) transience: Transience,
+    pub(crate) strikes: Arc<Strikes>,
+}
+
+/// The most messages the strike book remembers; past it, it starts afresh (a message's strikes
+/// then count again from zero: it pauses the endpoint a few more times, nothing is lost).
+const STRIKE_BOOK_SIZE: usize = 1024;
+
+/// Per message, how often its failures looked transient while others succeeded (see
+/// [`TransientGuardLayer`]).
+#[derive(Debug)]
+pub(crate) struct Strikes {
+    limit: u32,
+    successes: std::sync::atomic::AtomicU64,
+    book: std::sync::Mutex<std::collections::HashMap<uuid::Uuid, Strike>>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Strike {
+    count: u32,
+    successes_seen: u64,
+}
+
+impl Strikes {
+    /// A book that lets a message fail transiently `limit` times while others succeed.
+    pub(crate) fn new(limit: u32) -> Self {
+        Self {
+            limit: limit.max(1),
+            successes: std::sync::atomic::AtomicU64::new(0),
+            book: std::sync::Mutex::new(std::collections::HashMap::new()),
+        }
+    }
+
+    fn succeeded(&self, message: Option<uuid::Uuid>) {
+        self.successes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Some(id) = message {
+            self.lock().remove(&id);
+        }
+    }
+
+    /// Records a transient-looking failure of `message`; `true` when it has used up its strikes.
+    fn failed(&self, message: Option<uuid::Uuid>) -> bool {
+        let Some(id) = message else { return false };
+        let successes = self.successes.load(std::sync::atomic::Ordering::Relaxed);
+        let mut book = self.lock();
+        if book.len() >= STRIKE_BOOK_SIZE && !book.contains_key(&id) {
+            book.clear();
+        }
+        let strike = book.entry(id).or_insert(Strike {
+            count: 0,
+            successes_seen: successes,
+        });
+        if strike.count == 0 || successes > strike.successes_seen {
+            strike.count += 1;
+        }
+        strike.successes_seen = successes;
+        strike.count > self.limit
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<uuid::Uuid, Strike>> {
+        self.book.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl<S> Layer<S> for TransientGuardLayer {
@@ -175,15 +243,24 @@ where
             );
         }
         let transience = self.layer.transience.clone();
+        let strikes = self.layer.strikes.clone();
+        let message = request.received().envelope.message_id;
         let future = self.inner.call(request);
         Box::pin(async move {
             let error = match future.await {
-                Ok(outcome) => return Ok(outcome),
+                Ok(outcome) => {
+                    strikes.succeeded(message);
+                    return Ok(outcome);
+                }
                 Err(error) => error,
             };
             let Some(dependency) = transience.classify(&error) else {
                 return Err(error);
             };
+            if strikes.failed(message) {
+                tracing::warn!(target: "ferrybus::resilience", endpoint = control.name(), ?message, error = %error, "this message keeps failing transiently while others succeed; handling it as a failure (retry, redelivery, error queue)");
+                return Err(error);
+            }
             let cause = PauseCause::Transient(dependency);
             control.pause(cause, error.to_string(), Resume::WhenAvailable(dependency));
             tracing::info!(target: "ferrybus::resilience", endpoint = control.name(), error = %error, "transient failure; the delivery goes back to the queue and the endpoint pauses until the dependency answers (no retry spent)");
@@ -219,6 +296,31 @@ mod tests {
         assert_eq!(t.classify(&permanent), None);
         let rejected = ConsumeError::from(PublishError::new(PublishErrorKind::Rejected, "nack"));
         assert_eq!(t.classify(&rejected), None);
+    }
+
+    #[test]
+    fn strikes_count_only_while_others_succeed() {
+        let strikes = Strikes::new(2);
+        let (poison, other) = (
+            Some(uuid::Uuid::from_u128(1)),
+            Some(uuid::Uuid::from_u128(2)),
+        );
+        // An outage: the same message fails again and again, nothing succeeds in between.
+        for _ in 0..10 {
+            assert!(!strikes.failed(poison));
+        }
+        // Others succeed between its failures: the second strike is the last it gets.
+        strikes.succeeded(other);
+        assert!(!strikes.failed(poison));
+        strikes.succeeded(other);
+        assert!(strikes.failed(poison), "used up its strikes");
+        // A success of the message itself forgets its strikes.
+        strikes.succeeded(poison);
+        assert!(!strikes.failed(poison));
+        assert!(
+            !strikes.failed(None),
+            "messages without an id are never struck"
+        );
     }
 
     #[test]
