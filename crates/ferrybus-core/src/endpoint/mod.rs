@@ -57,6 +57,7 @@ mod settlement;
 
 pub use config::{
     BoxEndpointLayer, BoxEndpointService, EndpointConfig, EndpointContext, DEFAULT_MAX_BODY_SIZE,
+    DEFAULT_TRANSIENT_STRIKES,
 };
 pub use delivery::Delivery;
 pub use queue::{QueueOptions, QueueType};
