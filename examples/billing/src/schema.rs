@@ -57,7 +57,7 @@ pub mod charges {
     impl ActiveModelBehavior for ActiveModel {}
 }
 
-/// Billing's invoices, one per order (with [`InvoiceKey::UniqueOrderId`](super::InvoiceKey)).
+/// Billing's invoices, one per order (with [`InvoiceKey::UniqueOrderId`]).
 pub mod invoices {
     use sea_orm::entity::prelude::*;
 

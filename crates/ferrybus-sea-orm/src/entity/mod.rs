@@ -28,7 +28,7 @@
 //! so every column reference sea-orm already wrote (`"inbox_state"."delivered"`) stays valid,
 //! and the statement keeps its filters, ordering, `ON CONFLICT` clause and `RETURNING`. It is a
 //! sea-query dynamic table reference, not text rewriting. Pick the entity set of the tables'
-//! [`NamingStyle`](crate::NamingStyle): [`Retarget::on`] refuses a mismatch with a
+//! [`NamingStyle`]: [`Retarget::on`] refuses a mismatch with a
 //! [`StoreErrorKind::Config`](crate::StoreErrorKind::Config) error rather than sending SQL that
 //! names missing columns. Joins through relations keep the default names (retarget the joined
 //! entity with its own query instead).
