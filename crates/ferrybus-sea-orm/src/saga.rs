@@ -30,7 +30,7 @@ use sea_orm::sea_query::{
     Alias, ColumnDef, Expr, LockType, OnConflict, PostgresQueryBuilder, Query, SimpleExpr, Table,
     TableRef,
 };
-use sea_orm::{ConnectionTrait, DbBackend, QueryResult, Value};
+use sea_orm::{ConnectionTrait, DbBackend, QueryResult, Statement, TransactionTrait, Value};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{Map, Value as Json};
@@ -370,12 +370,24 @@ impl<T> PostgresSagaRepository<T> {
         &self.table
     }
 
-    /// Creates the schema and the table when absent (a table .NET created is left as it is).
-    pub async fn create_table(&self, db: &impl ConnectionTrait) -> Result<(), StoreError> {
+    /// Creates the schema and the table when absent (a table .NET created is left as it is),
+    /// under a transaction-scoped advisory lock so instances starting together do not race.
+    pub async fn create_table<C>(&self, db: &C) -> Result<(), StoreError>
+    where
+        C: ConnectionTrait + TransactionTrait,
+    {
         let schema = self.table.schema.replace('"', "\"\"");
-        db.execute_unprepared(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))
+        let txn = db.begin().await?;
+        txn.execute(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            "SELECT pg_advisory_xact_lock(hashtext($1))",
+            [format!("ferrybus.saga:{}.{}", self.table.schema, self.table.name).into()],
+        ))
+        .await?;
+        txn.execute_unprepared(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))
             .await?;
-        db.execute_unprepared(&self.table.create_sql()).await?;
+        txn.execute_unprepared(&self.table.create_sql()).await?;
+        txn.commit().await?;
         Ok(())
     }
 
