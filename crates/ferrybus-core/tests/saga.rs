@@ -279,3 +279,80 @@ async fn an_instance_left_mid_way_is_taken_over() {
     assert!(repository.get(order_id).is_none());
     harness.stop().await;
 }
+
+mod scheduling {
+    use std::time::Duration;
+
+    use ferrybus_core::memory::TestHarness;
+    use ferrybus_core::saga::{
+        Event, InMemorySagaRepository, SagaEndpointExt, Schedule, StateMachine, SCHEDULING_TOKEN_ID,
+    };
+    use ferrybus_core::{Message, Publish, SendOptions};
+    use serde::{Deserialize, Serialize};
+    use uuid::Uuid;
+
+    #[derive(Debug, Clone, Serialize, Deserialize, Message)]
+    #[serde(rename_all = "camelCase")]
+    #[message(namespace = "Bookstore.Contracts")]
+    struct PaymentTimeout {
+        order_id: Uuid,
+    }
+
+    ferrybus_core::saga_states! {
+        enum Status { Waiting, TimedOut }
+    }
+
+    #[derive(Clone, Debug, Default, PartialEq)]
+    struct Instance {
+        token: Option<Uuid>,
+    }
+
+    #[tokio::test]
+    async fn only_the_current_token_runs_the_scheduled_event() {
+        let timeout = Schedule::<Instance, PaymentTimeout>::new(
+            Event::correlated_by(|m: &PaymentTimeout| m.order_id),
+            Duration::from_secs(60),
+            |s| &mut s.token,
+        );
+        let machine = StateMachine::<Instance, Status>::new("PaymentState")
+            .during(Status::Waiting, |s| {
+                s.when_scheduled(&timeout, |b| b.transition_to(Status::TimedOut))
+            });
+        let repository = InMemorySagaRepository::new();
+        let harness = TestHarness::builder()
+            .receive_endpoint(machine.endpoint_name(), {
+                let repository = repository.clone();
+                move |e| e.saga(machine, repository)
+            })
+            .start()
+            .await
+            .unwrap();
+        let order_id = Uuid::now_v7();
+        let current = Uuid::now_v7();
+        repository.insert(
+            order_id,
+            "Waiting",
+            Instance {
+                token: Some(current),
+            },
+        );
+        let stale = SendOptions::new().header(SCHEDULING_TOKEN_ID, Uuid::now_v7().to_string());
+        let id = harness
+            .publish_with(&PaymentTimeout { order_id }, stale)
+            .await
+            .unwrap();
+        harness.consumed(id).await.unwrap();
+        assert_eq!(repository.state(order_id).as_deref(), Some("Waiting"));
+
+        let fresh = SendOptions::new().header(SCHEDULING_TOKEN_ID, current.to_string());
+        let id = harness
+            .publish_with(&PaymentTimeout { order_id }, fresh)
+            .await
+            .unwrap();
+        harness.consumed(id).await.unwrap();
+        let stored = repository.get(order_id).unwrap();
+        assert_eq!(stored.current_state, "TimedOut");
+        assert_eq!(stored.instance.token, None, "cleared once handled");
+        harness.stop().await;
+    }
+}

@@ -19,6 +19,7 @@ use crate::publish::PublishError;
 use crate::saga::event::Event;
 use crate::saga::repository::SagaRepository;
 use crate::saga::run::SagaConsumer;
+use crate::saga::schedule::{Schedule, TokenFn, SCHEDULING_TOKEN_ID};
 use crate::saga::state::{SagaStates, State};
 
 /// What happens to an event the instance's current state does not handle (MassTransit's
@@ -84,6 +85,8 @@ type SelectedBinding<T, S, M> = (Selector<S>, Arc<Binding<T, S, M>>);
 pub(crate) struct EventEntry<T, S, M> {
     pub(crate) event: Event<M>,
     pub(crate) bindings: Vec<SelectedBinding<T, S, M>>,
+    /// For a schedule's event: the instance's token field (stale messages are ignored).
+    pub(crate) token: Option<TokenFn<T>>,
 }
 
 impl<T, S: SagaStates, M> EventEntry<T, S, M> {
@@ -290,6 +293,7 @@ where
                 let entry: EventEntry<T, S, M> = EventEntry {
                     event: event.clone(),
                     bindings: Vec::new(),
+                    token: None,
                 };
                 Box::new(entry)
             })
@@ -467,6 +471,19 @@ where
         )
     }
 
+    /// Handles the arrival of `schedule`'s message (MassTransit's `When(Schedule.Received)`):
+    /// only the current one runs `bind`'s actions; one whose token the instance no longer
+    /// holds is ignored.
+    pub fn when_scheduled<M: Message>(
+        self,
+        schedule: &Schedule<T, M>,
+        bind: impl FnOnce(EventBinder<T, S, M>) -> EventBinder<T, S, M>,
+    ) -> Self {
+        let token = schedule.token.clone();
+        self.machine.entry_mut(&schedule.received).token = Some(token);
+        self.when(&schedule.received, bind)
+    }
+
     /// Acknowledges `event` in these states without changing anything (MassTransit's
     /// `Ignore(event)`), instead of the unhandled-event fault.
     pub fn ignore<M: Message>(self, event: &Event<M>) -> Self {
@@ -607,6 +624,30 @@ where
             c.respond(&message)?;
             Ok(())
         })
+    }
+
+    /// Schedules the message `build` makes (MassTransit's `Schedule(schedule, …)`): sent to
+    /// this endpoint after the schedule's delay, with a new token stored in the instance and in
+    /// its `MT-Scheduling-TokenId` header. Like a publish, it leaves only if the step is saved.
+    pub fn schedule<P: Message>(
+        self,
+        schedule: &Schedule<T, P>,
+        build: impl Fn(&BehaviorContext<'_, T, S, M>) -> P + Send + Sync + 'static,
+    ) -> Self {
+        let schedule = schedule.clone();
+        self.try_then(move |c| {
+            let message = build(c);
+            c.schedule_send(&message, schedule.delay, &schedule.token)?;
+            Ok(())
+        })
+    }
+
+    /// Forgets the scheduled message (MassTransit's `Unschedule`): the token is cleared, so the
+    /// message is ignored when it arrives (a delayed RabbitMQ message cannot be taken back,
+    /// as with MassTransit's delayed-exchange scheduler).
+    pub fn unschedule<P: Message>(self, schedule: &Schedule<T, P>) -> Self {
+        let token = schedule.token.clone();
+        self.then(move |c| *token(&mut c.instance) = None)
     }
 
     /// Runs the actions `bind` adds only when `condition` holds (MassTransit's `If`).
@@ -791,6 +832,32 @@ impl<'a, T, S: SagaStates> SagaContext<'a, T, S> {
             Some(address) => self.send_with(&address, message, options),
             None => self.publish_with(message, options),
         }
+    }
+
+    /// Sends `message` to this endpoint after `delay`, as a scheduled message whose token
+    /// `token` stores in the instance.
+    pub(crate) fn schedule_send<P: Message>(
+        &mut self,
+        message: &P,
+        delay: Duration,
+        token: &TokenFn<T>,
+    ) -> Result<Uuid, PublishError> {
+        let id = Uuid::now_v7();
+        let options = SendOptions::new()
+            .message_id(id)
+            .header(SCHEDULING_TOKEN_ID, id.to_string());
+        let address = self.request.received().input_address.clone();
+        let mut built = self
+            .request
+            .factory()
+            .send(&address, message, &self.origin, options)?;
+        // The transport property MassTransit's outbox rows carry for a delayed send.
+        built.properties.insert(
+            "Delay".into(),
+            serde_json::Value::String(crate::dotnet::timespan::format_timespan(delay)),
+        );
+        *token(&mut self.instance) = Some(id);
+        Ok(self.keep(built))
     }
 
     fn keep(&mut self, message: OutgoingMessage) -> Uuid {

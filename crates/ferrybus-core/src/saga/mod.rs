@@ -50,6 +50,7 @@ mod event;
 mod machine;
 mod repository;
 mod run;
+mod schedule;
 mod state;
 
 pub use event::{Correlated, Event, MissingInstance};
@@ -58,6 +59,7 @@ pub use machine::{
     StateMachine, UnhandledEvent,
 };
 pub use repository::{InMemorySagaRepository, SagaChange, SagaRepository, SaveOutcome, StoredSaga};
+pub use schedule::{Schedule, SCHEDULING_TOKEN_ID};
 pub use state::{SagaStates, State};
 
 /// What kind of saga failure a [`SagaError`] is.

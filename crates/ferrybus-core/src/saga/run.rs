@@ -13,6 +13,7 @@ use crate::saga::machine::{
     bindings_for, BehaviorContext, Binding, SagaContext, StateMachine, UnhandledEvent,
 };
 use crate::saga::repository::{SagaChange, SagaRepository, SaveOutcome};
+use crate::saga::schedule::SCHEDULING_TOKEN_ID;
 use crate::saga::state::{SagaStates, State};
 use crate::saga::{SagaError, SagaErrorKind};
 
@@ -189,6 +190,30 @@ where
     let entry = machine
         .entry::<M>()
         .expect("the consumer exists only for the machine's events");
+    let mut instance = instance;
+    let current_token = match &entry.token {
+        None => None,
+        Some(token) => {
+            // MassTransit's DuringAny(When(schedule.AnyReceived)): only the current token runs.
+            let held = *token(&mut instance);
+            let carried = ctx
+                .headers()
+                .get_str(SCHEDULING_TOKEN_ID)
+                .and_then(|t| uuid::Uuid::parse_str(t).ok());
+            let current = held.is_some() && carried.is_none_or(|t| Some(t) == held);
+            if !current {
+                tracing::debug!(
+                    target: "ferrybus::saga",
+                    saga = machine.name(),
+                    %id,
+                    token = ?carried,
+                    "scheduled message not current: ignored"
+                );
+                return Ok(Step::Nothing);
+            }
+            held
+        }
+    };
     let bindings = bindings_for(entry, state);
     if bindings.is_empty() {
         return match machine.unhandled() {
@@ -227,7 +252,13 @@ where
     if !ran {
         return Ok(Step::Nothing);
     }
-    let saga = c.into_saga();
+    let mut saga = c.into_saga();
+    if let (Some(token), Some(held)) = (&entry.token, current_token) {
+        let field = token(&mut saga.instance);
+        if *field == Some(held) {
+            *field = None;
+        }
+    }
     Ok(Step::Changed {
         state: saga.state,
         instance: saga.instance,
