@@ -46,6 +46,37 @@
 //! # }
 //! ```
 
+//! Names are types, so a wrong one does not compile. A state that is not a variant:
+//!
+//! ```compile_fail
+//! use ferrybus_core::saga::StateMachine;
+//! ferrybus_core::saga_states! { enum OrderStatus { Submitted } }
+//! let machine = StateMachine::<(), OrderStatus>::new("OrderState")
+//!     .during(OrderStatus::Shipped, |s| s);
+//! ```
+//!
+//! An event handler whose actions read another message type than the event's:
+//!
+//! ```compile_fail
+//! use ferrybus_core::saga::{Event, StateMachine};
+//! # use serde::{Deserialize, Serialize};
+//! # #[derive(Debug, Serialize, Deserialize, ferrybus_core::Message)]
+//! # #[message(namespace = "Ns")]
+//! # struct OrderSubmitted { order_id: uuid::Uuid }
+//! # #[derive(Debug, Serialize, Deserialize, ferrybus_core::Message)]
+//! # #[message(namespace = "Ns")]
+//! # struct OrderShipped { order_id: uuid::Uuid, carrier: String }
+//! ferrybus_core::saga_states! { enum OrderStatus { Submitted } }
+//! let submitted = Event::<OrderSubmitted>::correlated_by(|m| m.order_id);
+//! let machine = StateMachine::<(), OrderStatus>::new("OrderState")
+//!     .initially(|s| s.when(&submitted, |b| b.then(|c| {
+//!         let _: &OrderShipped = c.message();
+//!     })));
+//! ```
+//!
+//! And a message that is no declared [`Event`] cannot be handled at all: `when` takes an
+//! `&Event<M>`.
+
 mod event;
 mod machine;
 mod repository;

@@ -128,12 +128,14 @@ where
 #[derive(Debug)]
 pub struct InMemorySagaRepository<T> {
     rows: Arc<Mutex<HashMap<Uuid, StoredSaga<T>>>>,
+    changed: Arc<tokio::sync::Notify>,
 }
 
 impl<T> Clone for InMemorySagaRepository<T> {
     fn clone(&self) -> Self {
         Self {
             rows: self.rows.clone(),
+            changed: self.changed.clone(),
         }
     }
 }
@@ -142,6 +144,7 @@ impl<T> Default for InMemorySagaRepository<T> {
     fn default() -> Self {
         Self {
             rows: Arc::default(),
+            changed: Arc::default(),
         }
     }
 }
@@ -176,6 +179,41 @@ impl<T: Clone> InMemorySagaRepository<T> {
         self.len() == 0
     }
 
+    /// Waits until instance `correlation_id` is in state `state` (for events another consumer
+    /// publishes, whose message ids a test does not know); `None` after `timeout`. Woken by
+    /// every save, no polling.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use std::time::Duration;
+    /// let repository = ferrybus_core::saga::InMemorySagaRepository::<u32>::new();
+    /// let id = uuid::Uuid::now_v7();
+    /// repository.insert(id, "Submitted", 1);
+    /// let stored = repository.wait_state(id, "Submitted", Duration::from_secs(1)).await;
+    /// assert_eq!(stored.map(|s| s.instance), Some(1));
+    /// # });
+    /// ```
+    pub async fn wait_state(
+        &self,
+        correlation_id: Uuid,
+        state: &str,
+        timeout: std::time::Duration,
+    ) -> Option<StoredSaga<T>> {
+        let wait = async {
+            loop {
+                let changed = self.changed.notified();
+                if let Some(stored) = self
+                    .get(correlation_id)
+                    .filter(|s| s.current_state == state)
+                {
+                    return stored;
+                }
+                changed.await;
+            }
+        };
+        tokio::time::timeout(timeout, wait).await.ok()
+    }
+
     /// Puts an instance in `state` (a test's starting point, or one a .NET service left).
     pub fn insert(&self, correlation_id: Uuid, state: impl Into<String>, instance: T) {
         self.rows().insert(
@@ -187,6 +225,7 @@ impl<T: Clone> InMemorySagaRepository<T> {
                 version: 1,
             },
         );
+        self.changed.notify_waiters();
     }
 }
 
@@ -249,6 +288,10 @@ impl<T: Clone + Send + Sync + 'static> SagaRepository<T> for InMemorySagaReposit
                 _ => SaveOutcome::Conflict,
             },
         };
+        drop(rows);
+        if outcome == SaveOutcome::Saved {
+            self.changed.notify_waiters();
+        }
         Ok(outcome)
     }
 }
