@@ -186,6 +186,16 @@ impl Config {
     }
 
     /// The instance table: `<ORDER_SAGA_SCHEMA>.order_state`.
+    ///
+    /// ```
+    /// let config = example_order_saga::Config::from_lookup(|_| None).unwrap();
+    /// assert_eq!(
+    ///     config.saga_table().create_sql(),
+    ///     "CREATE TABLE IF NOT EXISTS \"orders\".\"order_state\" ( \"correlation_id\" uuid NOT NULL PRIMARY KEY, \
+    ///      \"current_state\" text NOT NULL, \"item_count\" integer, \"invoice_id\" uuid, \
+    ///      \"version\" bigint NOT NULL DEFAULT 0 )"
+    /// );
+    /// ```
     pub fn saga_table(&self) -> SagaTable {
         SagaTable::new("order_state")
             .schema(&self.saga_schema)
