@@ -356,3 +356,130 @@ mod scheduling {
         harness.stop().await;
     }
 }
+
+mod messaging {
+    use ferrybus_core::memory::TestHarness;
+    use ferrybus_core::saga::{
+        Correlated, Event, InMemorySagaRepository, SagaEndpointExt, StateMachine,
+    };
+    use ferrybus_core::{Message, Publish, SendOptions};
+    use serde::{Deserialize, Serialize};
+    use uuid::Uuid;
+
+    /// Correlated by its own `CorrelationId` (MassTransit's `CorrelatedBy<Guid>`).
+    #[derive(Debug, Clone, Serialize, Deserialize, Message)]
+    #[serde(rename_all = "camelCase")]
+    #[message(namespace = "Bookstore.Contracts")]
+    struct CheckStatus {
+        correlation_id: Uuid,
+    }
+
+    impl Correlated for CheckStatus {
+        fn correlation_id(&self) -> Uuid {
+            self.correlation_id
+        }
+    }
+
+    /// No id in the payload: correlated by the envelope's `correlationId`.
+    #[derive(Debug, Clone, Serialize, Deserialize, Message)]
+    #[serde(rename_all = "camelCase")]
+    #[message(namespace = "Bookstore.Contracts")]
+    struct Audit {}
+
+    #[derive(Debug, Clone, Serialize, Deserialize, Message)]
+    #[serde(rename_all = "camelCase")]
+    #[message(namespace = "Bookstore.Contracts")]
+    struct StatusReply {
+        state: String,
+        audits: u32,
+    }
+
+    #[derive(Debug, Clone, Serialize, Deserialize, Message)]
+    #[serde(rename_all = "camelCase")]
+    #[message(namespace = "Bookstore.Contracts")]
+    struct Audited {
+        order_id: Uuid,
+    }
+
+    ferrybus_core::saga_states! {
+        enum Status { Open, Held }
+    }
+
+    #[derive(Clone, Debug, Default)]
+    struct Instance {
+        audits: u32,
+    }
+
+    #[tokio::test]
+    async fn respond_and_send_from_a_step_and_default_correlations() {
+        let check = Event::<CheckStatus>::new();
+        let audit = Event::<Audit>::correlated_by_envelope();
+        let machine = StateMachine::<Instance, Status>::new("PaymentSaga").during_each(
+            [Status::Open, Status::Held],
+            |s| {
+                s.when(&check, |b| {
+                    b.respond(|c| StatusReply {
+                        state: c.state().name().to_owned(),
+                        audits: c.instance.audits,
+                    })
+                })
+                .when(&audit, |b| {
+                    b.then(|c| c.instance.audits += 1)
+                        .send("queue:audit-log", |c| Audited {
+                            order_id: c.correlation_id(),
+                        })
+                        .transition_to(Status::Held)
+                })
+            },
+        );
+        assert_eq!(
+            machine.endpoint_name(),
+            "payment",
+            "`Saga` trimmed as MassTransit does"
+        );
+        let repository = InMemorySagaRepository::new();
+        let harness = TestHarness::builder()
+            .receive_endpoint("payment", {
+                let repository = repository.clone();
+                move |e| e.saga(machine, repository)
+            })
+            .start()
+            .await
+            .unwrap();
+        let id = Uuid::now_v7();
+        repository.insert(id, "Open", Instance::default());
+
+        let sent = harness
+            .publish_with(&Audit {}, SendOptions::new().correlation_id(id))
+            .await
+            .unwrap();
+        harness.consumed(sent).await.unwrap();
+        let audited = harness.sent::<Audited>().await.unwrap();
+        assert!(audited
+            .destination_address
+            .as_deref()
+            .is_some_and(|a| a.contains("/audit-log")));
+        assert_eq!(repository.state(id).as_deref(), Some("Held"));
+
+        let request_id = Uuid::now_v7();
+        let asked = harness
+            .publish_with(
+                &CheckStatus { correlation_id: id },
+                SendOptions::new()
+                    .request_id(request_id)
+                    .response_address("queue:replies"),
+            )
+            .await
+            .unwrap();
+        harness.consumed(asked).await.unwrap();
+        let reply = harness.sent::<StatusReply>().await.unwrap();
+        assert_eq!(reply.request_id, Some(request_id));
+        assert!(reply
+            .destination_address
+            .as_deref()
+            .is_some_and(|a| a.contains("/replies")));
+        let reply: StatusReply = reply.message.bind().unwrap();
+        assert_eq!((reply.state.as_str(), reply.audits), ("Held", 1));
+        harness.stop().await;
+    }
+}
