@@ -112,6 +112,15 @@ async fn wait_state(db: &DatabaseConnection, schema: &str, id: Uuid, state: &str
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_processes_count_every_item_once_and_complete_each_order_once() {
+    two_processes("optimistic").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_pessimistic_processes_count_every_item_once_and_complete_each_order_once() {
+    two_processes("pessimistic").await;
+}
+
+async fn two_processes(locking: &str) {
     let id = unique("saga").replace('-', "_");
     let saga_schema = format!("{id}_orders");
     let messaging_schema = format!("{id}_messaging");
@@ -127,6 +136,7 @@ async fn two_processes_count_every_item_once_and_complete_each_order_once() {
         ("FERRYBUS_SCHEMA", messaging_schema.as_str()),
         ("ORDER_SAGA_BIND", "0"),
         ("SAGA_CONCURRENCY", "8"),
+        ("SAGA_LOCKING", locking),
     ];
     let (first, second) = tokio::join!(spawn(&env), spawn(&env));
 
@@ -205,7 +215,13 @@ async fn two_processes_count_every_item_once_and_complete_each_order_once() {
 
     // Stop both: in-flight events finish; whatever they had is consumed or still queued.
     let (first, second) = tokio::join!(first.stop(), second.stop());
+    let mode = if locking == "pessimistic" {
+        "locking=Pessimistic"
+    } else {
+        "locking=Optimistic"
+    };
     for (name, log) in [("first", &first), ("second", &second)] {
+        assert!(log.contains(mode), "the {name} process runs {mode}:\n{log}");
         assert!(
             log.contains("event applied"),
             "the {name} process applied events too:\n{log}"
