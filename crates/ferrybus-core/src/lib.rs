@@ -27,6 +27,7 @@ pub mod message;
 pub mod outgoing;
 pub mod publish;
 pub mod resilience;
+pub mod saga;
 
 pub use address::{AddressError, EndpointAddress, HostAddress, DIRECT_REPLY_TO};
 pub use bus::{Background, BusConfig, ConfigError, Storage};

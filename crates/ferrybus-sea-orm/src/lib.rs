@@ -88,6 +88,7 @@ mod error;
 mod inbox;
 pub mod migrate;
 mod outbox;
+pub mod saga;
 mod send;
 mod sql;
 pub mod status;

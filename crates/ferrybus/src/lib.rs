@@ -77,3 +77,7 @@ struct MessagesGuideDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/consumers-and-pipeline.md")]
 struct ConsumersGuideDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/sagas.md")]
+struct SagasGuideDoctests;

@@ -9,6 +9,10 @@
 //! public record InvoiceCreated(Guid InvoiceId, Guid OrderId, decimal Amount, string Currency);
 //! public record PaymentCaptured(Guid PaymentId, Guid OrderId);
 //! public record PaymentRefunded(Guid PaymentId, Guid OrderId);
+//! public record OrderSubmitted(Guid OrderId, decimal Total, string Currency);
+//! public record OrderItemAdded(Guid OrderId, string Sku);
+//! public record OrderShipped(Guid OrderId);
+//! public record OrderCompleted(Guid OrderId, Guid InvoiceId, int ItemCount);
 //! ```
 
 use ferrybus::Message;
@@ -88,4 +92,57 @@ mod tests {
         let written = serde_json::to_value(&order).unwrap();
         assert_eq!(written["total"], "12.00");
     }
+}
+
+/// An order was submitted: starts the order saga (`examples/order-saga`).
+///
+/// ```
+/// use example_contracts::OrderSubmitted;
+/// use ferrybus::Message;
+/// assert_eq!(OrderSubmitted::message_type().urn(), "urn:message:Bookstore.Contracts:OrderSubmitted");
+/// ```
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Message)]
+#[serde(rename_all = "camelCase")]
+#[message(namespace = "Bookstore.Contracts")]
+pub struct OrderSubmitted {
+    /// The order.
+    pub order_id: Uuid,
+    /// The order total (a .NET `decimal`).
+    #[serde(with = "ferrybus::dotnet::decimal")]
+    pub total: Decimal,
+    /// ISO 4217 currency code.
+    pub currency: String,
+}
+
+/// An item was added to a submitted order.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Message)]
+#[serde(rename_all = "camelCase")]
+#[message(namespace = "Bookstore.Contracts")]
+pub struct OrderItemAdded {
+    /// The order.
+    pub order_id: Uuid,
+    /// The item's stock-keeping unit.
+    pub sku: String,
+}
+
+/// An invoiced order was shipped.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Message)]
+#[serde(rename_all = "camelCase")]
+#[message(namespace = "Bookstore.Contracts")]
+pub struct OrderShipped {
+    /// The order.
+    pub order_id: Uuid,
+}
+
+/// The order saga finished an order: published when a shipped order completes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Message)]
+#[serde(rename_all = "camelCase")]
+#[message(namespace = "Bookstore.Contracts")]
+pub struct OrderCompleted {
+    /// The order.
+    pub order_id: Uuid,
+    /// Its invoice.
+    pub invoice_id: Uuid,
+    /// How many items it had.
+    pub item_count: i32,
 }

@@ -1,0 +1,297 @@
+//! Where instances live: the [`SagaRepository`] trait and the [`InMemorySagaRepository`].
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use uuid::Uuid;
+
+use crate::consume::ConsumeRequest;
+use crate::error::ConsumeError;
+
+/// An instance as a repository stores it (a row of the instance table).
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredSaga<T> {
+    /// The instance id (`CorrelationId`).
+    pub correlation_id: Uuid,
+    /// The state's name (`CurrentState`).
+    pub current_state: String,
+    /// The user's data (the other columns).
+    pub instance: T,
+    /// The concurrency token read with it (PostgreSQL `xmin` or a version column); passed back to
+    /// [`SagaChange::Update`] and [`SagaChange::Delete`].
+    pub version: i64,
+}
+
+/// What a step does to the repository.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SagaChange<T> {
+    /// A new instance (`INSERT`; a concurrent insert of the same id is a conflict).
+    Insert {
+        /// The id.
+        correlation_id: Uuid,
+        /// The state name.
+        current_state: String,
+        /// The data.
+        instance: T,
+    },
+    /// A changed instance, written only if still at `version` (optimistic concurrency).
+    Update {
+        /// The id.
+        correlation_id: Uuid,
+        /// The state name.
+        current_state: String,
+        /// The data.
+        instance: T,
+        /// The token it was read with.
+        version: i64,
+    },
+    /// A completed instance is removed (MassTransit's `SetCompletedWhenFinalized`).
+    Delete {
+        /// The id.
+        correlation_id: Uuid,
+        /// The token it was read with.
+        version: i64,
+    },
+}
+
+/// Whether a [`SagaChange`] was written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SaveOutcome {
+    /// Written.
+    Saved,
+    /// Someone else changed (or inserted) the instance first: the event is applied again to the
+    /// fresh instance.
+    Conflict,
+}
+
+/// Loads and saves instances of `T` (MassTransit's `ISagaRepository<T>`). Implementations take
+/// the transaction they work in from the [`ConsumeRequest`]'s extensions (the storage crate's
+/// inbox puts it there), so a step commits with the inbox row and the messages it published.
+///
+/// ```
+/// use ferrybus_core::saga::{InMemorySagaRepository, SagaRepository};
+/// fn uses(_: &impl SagaRepository<u32>) {}
+/// uses(&InMemorySagaRepository::<u32>::new());
+/// ```
+#[crate::async_trait]
+pub trait SagaRepository<T>: Send + Sync + 'static {
+    /// The instance `correlation_id`, if it exists. A pessimistic repository locks it here
+    /// (`SELECT … FOR UPDATE`) until the transaction ends.
+    async fn load(
+        &self,
+        request: &ConsumeRequest,
+        correlation_id: Uuid,
+    ) -> Result<Option<StoredSaga<T>>, ConsumeError>;
+
+    /// Writes `change`; [`SaveOutcome::Conflict`] when the instance changed since it was
+    /// loaded (or was inserted concurrently).
+    async fn save(
+        &self,
+        request: &ConsumeRequest,
+        change: SagaChange<T>,
+    ) -> Result<SaveOutcome, ConsumeError>;
+}
+
+#[crate::async_trait]
+impl<T, R> SagaRepository<T> for Arc<R>
+where
+    T: Send + 'static,
+    R: SagaRepository<T> + ?Sized,
+{
+    async fn load(
+        &self,
+        request: &ConsumeRequest,
+        correlation_id: Uuid,
+    ) -> Result<Option<StoredSaga<T>>, ConsumeError> {
+        (**self).load(request, correlation_id).await
+    }
+
+    async fn save(
+        &self,
+        request: &ConsumeRequest,
+        change: SagaChange<T>,
+    ) -> Result<SaveOutcome, ConsumeError> {
+        (**self).save(request, change).await
+    }
+}
+
+/// Instances in memory, for tests and the [`TestHarness`](crate::memory::TestHarness):
+/// optimistic concurrency by a version counter, per process, lost on exit. Clones share the
+/// instances, so a test keeps one to assert on.
+///
+/// ```
+/// use ferrybus_core::saga::InMemorySagaRepository;
+/// let repository = InMemorySagaRepository::<u32>::new();
+/// assert!(repository.get(uuid::Uuid::nil()).is_none());
+/// assert_eq!(repository.len(), 0);
+/// ```
+#[derive(Debug)]
+pub struct InMemorySagaRepository<T> {
+    rows: Arc<Mutex<HashMap<Uuid, StoredSaga<T>>>>,
+    changed: Arc<tokio::sync::Notify>,
+}
+
+impl<T> Clone for InMemorySagaRepository<T> {
+    fn clone(&self) -> Self {
+        Self {
+            rows: self.rows.clone(),
+            changed: self.changed.clone(),
+        }
+    }
+}
+
+impl<T> Default for InMemorySagaRepository<T> {
+    fn default() -> Self {
+        Self {
+            rows: Arc::default(),
+            changed: Arc::default(),
+        }
+    }
+}
+
+impl<T: Clone> InMemorySagaRepository<T> {
+    /// An empty repository.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn rows(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, StoredSaga<T>>> {
+        self.rows.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The instance `correlation_id` as stored now.
+    pub fn get(&self, correlation_id: Uuid) -> Option<StoredSaga<T>> {
+        self.rows().get(&correlation_id).cloned()
+    }
+
+    /// The state name of instance `correlation_id`.
+    pub fn state(&self, correlation_id: Uuid) -> Option<String> {
+        self.get(correlation_id).map(|s| s.current_state)
+    }
+
+    /// How many instances there are.
+    pub fn len(&self) -> usize {
+        self.rows().len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Waits until instance `correlation_id` is in state `state` (for events another consumer
+    /// publishes, whose message ids a test does not know); `None` after `timeout`. Woken by
+    /// every save, no polling.
+    ///
+    /// ```
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// use std::time::Duration;
+    /// let repository = ferrybus_core::saga::InMemorySagaRepository::<u32>::new();
+    /// let id = uuid::Uuid::now_v7();
+    /// repository.insert(id, "Submitted", 1);
+    /// let stored = repository.wait_state(id, "Submitted", Duration::from_secs(1)).await;
+    /// assert_eq!(stored.map(|s| s.instance), Some(1));
+    /// # });
+    /// ```
+    pub async fn wait_state(
+        &self,
+        correlation_id: Uuid,
+        state: &str,
+        timeout: std::time::Duration,
+    ) -> Option<StoredSaga<T>> {
+        let wait = async {
+            loop {
+                let changed = self.changed.notified();
+                if let Some(stored) = self
+                    .get(correlation_id)
+                    .filter(|s| s.current_state == state)
+                {
+                    return stored;
+                }
+                changed.await;
+            }
+        };
+        tokio::time::timeout(timeout, wait).await.ok()
+    }
+
+    /// Puts an instance in `state` (a test's starting point, or one a .NET service left).
+    pub fn insert(&self, correlation_id: Uuid, state: impl Into<String>, instance: T) {
+        self.rows().insert(
+            correlation_id,
+            StoredSaga {
+                correlation_id,
+                current_state: state.into(),
+                instance,
+                version: 1,
+            },
+        );
+        self.changed.notify_waiters();
+    }
+}
+
+#[crate::async_trait]
+impl<T: Clone + Send + Sync + 'static> SagaRepository<T> for InMemorySagaRepository<T> {
+    async fn load(
+        &self,
+        _request: &ConsumeRequest,
+        correlation_id: Uuid,
+    ) -> Result<Option<StoredSaga<T>>, ConsumeError> {
+        Ok(self.get(correlation_id))
+    }
+
+    async fn save(
+        &self,
+        _request: &ConsumeRequest,
+        change: SagaChange<T>,
+    ) -> Result<SaveOutcome, ConsumeError> {
+        let mut rows = self.rows();
+        let outcome = match change {
+            SagaChange::Insert {
+                correlation_id,
+                current_state,
+                instance,
+            } => {
+                if rows.contains_key(&correlation_id) {
+                    return Ok(SaveOutcome::Conflict);
+                }
+                let row = StoredSaga {
+                    correlation_id,
+                    current_state,
+                    instance,
+                    version: 1,
+                };
+                rows.insert(correlation_id, row);
+                SaveOutcome::Saved
+            }
+            SagaChange::Update {
+                correlation_id,
+                current_state,
+                instance,
+                version,
+            } => match rows.get_mut(&correlation_id) {
+                Some(row) if row.version == version => {
+                    row.current_state = current_state;
+                    row.instance = instance;
+                    row.version += 1;
+                    SaveOutcome::Saved
+                }
+                _ => SaveOutcome::Conflict,
+            },
+            SagaChange::Delete {
+                correlation_id,
+                version,
+            } => match rows.get(&correlation_id) {
+                Some(row) if row.version == version => {
+                    rows.remove(&correlation_id);
+                    SaveOutcome::Saved
+                }
+                _ => SaveOutcome::Conflict,
+            },
+        };
+        drop(rows);
+        if outcome == SaveOutcome::Saved {
+            self.changed.notify_waiters();
+        }
+        Ok(outcome)
+    }
+}

@@ -1,0 +1,267 @@
+//! Applying one event: load, run the matching actions, save (again on a conflict), publish.
+
+use std::borrow::Cow;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use crate::consumer::{ConsumeContext, Consumer};
+use crate::error::ConsumeError;
+use crate::message::Message;
+use crate::publish::Publish;
+use crate::saga::event::MissingInstance;
+use crate::saga::machine::{
+    bindings_for, BehaviorContext, Binding, SagaContext, StateMachine, UnhandledEvent,
+};
+use crate::saga::repository::{SagaChange, SagaRepository, SaveOutcome};
+use crate::saga::schedule::SCHEDULING_TOKEN_ID;
+use crate::saga::state::{SagaStates, State};
+use crate::saga::{SagaError, SagaErrorKind};
+
+/// The consumer of one event type of a machine.
+pub(crate) struct SagaConsumer<T, S, M> {
+    machine: Arc<StateMachine<T, S>>,
+    repository: Arc<dyn SagaRepository<T>>,
+    _message: PhantomData<fn(M)>,
+}
+
+impl<T, S, M> SagaConsumer<T, S, M> {
+    pub(crate) fn new(
+        machine: Arc<StateMachine<T, S>>,
+        repository: Arc<dyn SagaRepository<T>>,
+    ) -> Self {
+        Self {
+            machine,
+            repository,
+            _message: PhantomData,
+        }
+    }
+}
+
+/// What a step decided.
+enum Step<T, S> {
+    /// Nothing to save (ignored or filtered out).
+    Nothing,
+    /// The instance after the actions, with what they published.
+    Changed {
+        state: State<S>,
+        instance: T,
+        outgoing: Vec<crate::outgoing::OutgoingMessage>,
+    },
+}
+
+impl<T, S, M> Consumer<M> for SagaConsumer<T, S, M>
+where
+    T: Clone + Default + Send + Sync + 'static,
+    S: SagaStates,
+    M: Message,
+{
+    async fn consume(&self, ctx: ConsumeContext<M>) -> Result<(), ConsumeError> {
+        let machine = &self.machine;
+        let entry = machine.entry::<M>().ok_or_else(|| {
+            SagaError::new(
+                SagaErrorKind::UnhandledEvent,
+                "the machine has no such event",
+            )
+        })?;
+        let event_name = crate::message::short_type_name::<M>().to_owned();
+        let id = (entry.event.correlate)(&ctx).ok_or_else(|| {
+            SagaError::new(
+                SagaErrorKind::NoCorrelationId,
+                format!("{event_name} carries no correlation id"),
+            )
+        })?;
+        for _ in 0..=machine.retries() {
+            let loaded = self.repository.load(ctx.request(), id).await?;
+            let (state, instance, version) = match loaded {
+                Some(stored) => {
+                    let state = State::<S>::parse(&stored.current_state).ok_or_else(|| {
+                        SagaError::new(
+                            SagaErrorKind::UnknownState,
+                            format!(
+                                "instance {id} is in state {:?}, which {} does not declare",
+                                stored.current_state,
+                                machine.name()
+                            ),
+                        )
+                    })?;
+                    (state, stored.instance, Some(stored.version))
+                }
+                None if entry.initiates() => (State::Initial, T::default(), None),
+                None => match entry.event.missing {
+                    MissingInstance::Fault => {
+                        return Err(SagaError::new(
+                            SagaErrorKind::MissingInstance,
+                            format!("{event_name}: no {} instance {id}", machine.name()),
+                        )
+                        .into());
+                    }
+                    _ => {
+                        tracing::debug!(
+                            target: "ferrybus::saga",
+                            saga = machine.name(),
+                            %id,
+                            event = %event_name,
+                            "missing instance: event discarded"
+                        );
+                        return Ok(());
+                    }
+                },
+            };
+            let step = apply(machine, &ctx, id, state, instance, &event_name)?;
+            let Step::Changed {
+                state: next,
+                instance,
+                outgoing,
+            } = step
+            else {
+                return Ok(());
+            };
+            let change = match (version, machine.completes(next)) {
+                (None, true) => None,
+                (None, false) => Some(SagaChange::Insert {
+                    correlation_id: id,
+                    current_state: next.name().to_owned(),
+                    instance,
+                }),
+                (Some(version), true) => Some(SagaChange::Delete {
+                    correlation_id: id,
+                    version,
+                }),
+                (Some(version), false) => Some(SagaChange::Update {
+                    correlation_id: id,
+                    current_state: next.name().to_owned(),
+                    instance,
+                    version,
+                }),
+            };
+            if let Some(change) = change {
+                if self.repository.save(ctx.request(), change).await? == SaveOutcome::Conflict {
+                    tracing::debug!(
+                        target: "ferrybus::saga",
+                        saga = machine.name(),
+                        %id,
+                        "concurrency conflict: applying the event to the fresh instance"
+                    );
+                    continue;
+                }
+            }
+            tracing::debug!(
+                target: "ferrybus::saga",
+                saga = machine.name(),
+                %id,
+                event = %event_name,
+                from = state.name(),
+                to = next.name(),
+                "event applied"
+            );
+            for message in outgoing {
+                ctx.deliver(message).await?;
+            }
+            return Ok(());
+        }
+        Err(SagaError::new(
+            SagaErrorKind::Concurrency,
+            format!(
+                "instance {id} kept changing: gave up after {} conflicts",
+                machine.retries() + 1
+            ),
+        )
+        .into())
+    }
+
+    fn name(&self) -> Cow<'static, str> {
+        Cow::Owned(self.machine.name().to_owned())
+    }
+}
+
+fn apply<T, S, M>(
+    machine: &StateMachine<T, S>,
+    ctx: &ConsumeContext<M>,
+    id: uuid::Uuid,
+    state: State<S>,
+    instance: T,
+    event_name: &str,
+) -> Result<Step<T, S>, ConsumeError>
+where
+    T: Clone + Default + Send + Sync + 'static,
+    S: SagaStates,
+    M: Message,
+{
+    let entry = machine
+        .entry::<M>()
+        .expect("the consumer exists only for the machine's events");
+    let mut instance = instance;
+    let current_token = match &entry.token {
+        None => None,
+        Some(token) => {
+            // MassTransit's DuringAny(When(schedule.AnyReceived)): only the current token runs.
+            let held = *token(&mut instance);
+            let carried = ctx
+                .headers()
+                .get_str(SCHEDULING_TOKEN_ID)
+                .and_then(|t| uuid::Uuid::parse_str(t).ok());
+            let current = held.is_some() && carried.is_none_or(|t| Some(t) == held);
+            if !current {
+                tracing::debug!(
+                    target: "ferrybus::saga",
+                    saga = machine.name(),
+                    %id,
+                    token = ?carried,
+                    "scheduled message not current: ignored"
+                );
+                return Ok(Step::Nothing);
+            }
+            held
+        }
+    };
+    let bindings = bindings_for(entry, state);
+    if bindings.is_empty() {
+        return match machine.unhandled() {
+            UnhandledEvent::Ignore => Ok(Step::Nothing),
+            _ => Err(SagaError::new(
+                SagaErrorKind::UnhandledEvent,
+                format!(
+                    "the {event_name} event is not handled during the {} state for the {} state machine",
+                    state.name(),
+                    machine.name()
+                ),
+            )
+            .into()),
+        };
+    }
+    let mut c = BehaviorContext::new(
+        SagaContext::new(instance, id, state, ctx.request()),
+        ctx.message(),
+    );
+    let ignored = bindings.iter().any(|b| match b {
+        Binding::Ignore { filter } => filter.as_ref().is_none_or(|f| f(&c)),
+        Binding::When { .. } => false,
+    });
+    if ignored {
+        return Ok(Step::Nothing);
+    }
+    let mut ran = false;
+    for binding in bindings {
+        if let Binding::When { filter, activities } = binding {
+            if filter.as_ref().is_none_or(|f| f(&c)) {
+                ran = true;
+                machine.run(activities, &mut c)?;
+            }
+        }
+    }
+    if !ran {
+        return Ok(Step::Nothing);
+    }
+    let mut saga = c.into_saga();
+    if let (Some(token), Some(held)) = (&entry.token, current_token) {
+        let field = token(&mut saga.instance);
+        if *field == Some(held) {
+            *field = None;
+        }
+    }
+    Ok(Step::Changed {
+        state: saga.state,
+        instance: saga.instance,
+        outgoing: saga.outgoing,
+    })
+}
