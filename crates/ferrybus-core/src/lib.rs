@@ -31,6 +31,10 @@ pub mod resilience;
 pub use address::{AddressError, EndpointAddress, HostAddress};
 pub use bus::{Background, BusConfig, ConfigError, Storage};
 pub use consume::{
+    Batch, BatchCompletionMode, BatchOptions, BatchRequest, BoxBatchLayer, BoxBatchService,
+    TimeLimitStart,
+};
+pub use consume::{
     BoxConsumeLayer, BoxConsumeService, ConsumeOutcome, ConsumeRequest, ConsumerInfo,
     ReceivedMessage, RetryLayer, RetryPolicy,
 };

@@ -11,14 +11,15 @@ use tower::util::{BoxCloneSyncService, BoxCloneSyncServiceLayer};
 use tower::{Layer, Service};
 
 use crate::bus::Storage;
+use crate::consume::batch::{Batch, BatchCollector, BatchConsumerService, BatchOptions};
 use crate::consume::{
-    BoxConsumeLayer, BoxConsumeService, ConsumeOutcome, ConsumeRequest, ConsumerInfo,
-    ConsumerService, RetryLayer, RetryPolicy,
+    BoxBatchLayer, BoxBatchService, BoxConsumeLayer, BoxConsumeService, ConsumeOutcome,
+    ConsumeRequest, ConsumerInfo, ConsumerService, RetryLayer, RetryPolicy,
 };
 use crate::consumer::Consumer;
 use crate::endpoint::service::{EndpointService, Registration};
 use crate::endpoint::{Delivery, Endpoint, QueueOptions, QueueType, Settlement};
-use crate::error::ConsumeError;
+use crate::error::{ConsumeError, ConsumeErrorKind};
 use crate::message::{Message, MessageType};
 use crate::outgoing::MessageFactory;
 use crate::publish::SharedSink;
@@ -82,6 +83,7 @@ pub struct EndpointConfig {
     layers: Vec<BoxEndpointLayer>,
     consumer_layers: Vec<BoxConsumeLayer>,
     consumers: Vec<(ConsumerInfo, BoxConsumeService)>,
+    batches: Vec<BatchRegistration>,
     raw_json: bool,
     publish_faults: bool,
     max_body_size: usize,
@@ -122,6 +124,7 @@ impl EndpointConfig {
             layers: Vec::new(),
             consumer_layers: Vec::new(),
             consumers: Vec::new(),
+            batches: Vec::new(),
             raw_json: false,
             publish_faults: true,
             max_body_size: DEFAULT_MAX_BODY_SIZE,
@@ -140,6 +143,49 @@ impl EndpointConfig {
         let info = ConsumerInfo::of::<M>(consumer.name(), self.name.clone());
         let service = BoxCloneSyncService::new(ConsumerService::<C, M>::new(Arc::new(consumer)));
         self.consumers.push((info, service));
+        self
+    }
+
+    /// Adds a consumer of batches of `M` (MassTransit's `IConsumer<Batch<T>>` with
+    /// `BatchOptions`): messages of `M` are gathered until `options`' message limit or time
+    /// limit, the consumer gets them at once, and every message of the batch settles with it —
+    /// all acknowledged, or (failed after the endpoint's retry policy, which retries the whole
+    /// batch) each redelivered or moved to `<queue>_error` with its own `Fault<M>`. Behind
+    /// [`inbox`](Self::inbox), the batch runs in one transaction: each message is recorded once
+    /// and those seen before are dropped from the batch. The endpoint's prefetch count and
+    /// concurrency are raised to at least `message_limit × concurrency_limit`. See
+    /// [`consume::batch`](crate::consume::batch).
+    ///
+    /// ```
+    /// use ferrybus_core::{consumer_fn, Batch, BatchOptions, ConsumeContext, ConsumeError, EndpointConfig};
+    /// # use serde::{Deserialize, Serialize};
+    /// # #[derive(Debug, Serialize, Deserialize, ferrybus_core::Message)]
+    /// # #[message(namespace = "Bookstore.Contracts")]
+    /// # struct OrderPlaced {}
+    /// let endpoint = EndpointConfig::new("order-audit").prefetch(8).batch_consumer(
+    ///     consumer_fn("AuditConsumer", |ctx: ConsumeContext<Batch<OrderPlaced>>| async move {
+    ///         println!("{} orders", ctx.message().len());
+    ///         Ok::<_, ConsumeError>(())
+    ///     }),
+    ///     BatchOptions::new().message_limit(20).concurrency_limit(2),
+    /// );
+    /// assert_eq!(endpoint.prefetch_count(), 40);
+    /// assert_eq!(endpoint.concurrency_limit(), 40);
+    /// ```
+    pub fn batch_consumer<M, C>(mut self, consumer: C, options: BatchOptions) -> Self
+    where
+        M: Message,
+        C: Consumer<Batch<M>>,
+    {
+        let info = ConsumerInfo::of::<M>(consumer.name(), self.name.clone());
+        let service =
+            BoxCloneSyncService::new(BatchConsumerService::<C, M>::new(Arc::new(consumer)));
+        self.batches.push(BatchRegistration {
+            info,
+            options,
+            service,
+            validate: binds::<M>,
+        });
         self
     }
 
@@ -322,28 +368,47 @@ impl EndpointConfig {
         self.inbox
     }
 
-    /// The prefetch count: as set; else the concurrency limit × 1.2; else max(2 × cores, 16).
+    /// The prefetch count: as set; else the concurrency limit × 1.2; else max(2 × cores, 16);
+    /// at least every batch consumer's `message_limit × concurrency_limit` (as MassTransit's
+    /// `BatchOptions` raises `PrefetchCount`).
     pub fn prefetch_count(&self) -> u16 {
+        let batches = u16::try_from(self.batch_capacity()).unwrap_or(u16::MAX);
         if let Some(p) = self.prefetch {
-            return p;
+            return p.max(batches);
         }
         if let Some(c) = self.concurrency {
-            return u16::try_from((c * 6).div_ceil(5)).unwrap_or(u16::MAX);
+            return u16::try_from((c * 6).div_ceil(5))
+                .unwrap_or(u16::MAX)
+                .max(batches);
         }
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
-        u16::try_from((2 * cores).max(16)).unwrap_or(u16::MAX)
+        u16::try_from((2 * cores).max(16))
+            .unwrap_or(u16::MAX)
+            .max(batches)
     }
 
-    /// How many messages run at once: as set, else the prefetch count.
+    /// How many messages run at once: as set, else the prefetch count; at least every batch
+    /// consumer's `message_limit × concurrency_limit` (MassTransit's `ConcurrentMessageLimit`
+    /// raised by `BatchOptions`), so that a whole batch can wait in flight.
     pub fn concurrency_limit(&self) -> usize {
         self.concurrency
             .unwrap_or_else(|| usize::from(self.prefetch_count()))
+            .max(self.batch_capacity())
+    }
+
+    /// The largest `message_limit × concurrency_limit` of the batch consumers (0 without any).
+    fn batch_capacity(&self) -> usize {
+        self.batches
+            .iter()
+            .map(|b| b.options.message_capacity())
+            .max()
+            .unwrap_or(0)
     }
 
     /// The message types the endpoint's consumers handle (their exchanges are bound to it).
     pub fn message_types(&self) -> Vec<MessageType> {
         let mut types: Vec<MessageType> = Vec::new();
-        for (info, _) in &self.consumers {
+        for info in self.consumers() {
             if !types.iter().any(|t| t.urn() == info.message_type().urn()) {
                 types.push(info.message_type().clone());
             }
@@ -353,7 +418,10 @@ impl EndpointConfig {
 
     /// The consumers registered so far.
     pub fn consumers(&self) -> impl Iterator<Item = &ConsumerInfo> {
-        self.consumers.iter().map(|(info, _)| info)
+        self.consumers
+            .iter()
+            .map(|(info, _)| info)
+            .chain(self.batches.iter().map(|b| &b.info))
     }
 
     /// Builds the endpoint. A transport calls this once per endpoint and then calls the
@@ -365,7 +433,7 @@ impl EndpointConfig {
             .pause_on_transient
             .then(|| self.transient_guard(&control, context.storage.as_ref()));
         let inbox = context.inbox.filter(|_| self.inbox);
-        let consumers = self
+        let mut consumers: Vec<Registration> = self
             .consumers
             .iter()
             .map(|(info, service)| Registration {
@@ -373,6 +441,18 @@ impl EndpointConfig {
                 service: self.compose(service.clone(), inbox.as_ref(), guard.as_ref()),
             })
             .collect();
+        if !self.batches.is_empty() {
+            let batch_inbox = self.batch_inbox(context.storage.as_ref());
+            consumers.extend(self.batches.iter().map(|batch| Registration {
+                info: Arc::new(batch.info.clone()),
+                service: BoxCloneSyncService::new(BatchCollector::new(
+                    batch.options.clone(),
+                    batch.validate,
+                    self.compose_batch(batch.service.clone(), batch_inbox.as_ref()),
+                    context.cancellation.clone(),
+                )),
+            }));
+        }
         let endpoint = EndpointService::new(
             context.input_address.clone(),
             consumers,
@@ -417,6 +497,49 @@ impl EndpointConfig {
         TransientGuardLayer {
             control: control.clone(),
             transience,
+        }
+    }
+
+    /// The storage's batch inbox, when the endpoint uses the inbox; a layer that fails every
+    /// batch (permanently, so to the error queue) when the storage has none, rather than
+    /// consuming without the inbox the endpoint asked for.
+    fn batch_inbox(&self, storage: Option<&Arc<dyn Storage>>) -> Option<BoxBatchLayer> {
+        if !self.inbox {
+            return None;
+        }
+        if let Some(layer) = storage.and_then(|s| s.batch_inbox_layer()) {
+            return Some(layer);
+        }
+        Some(BoxBatchLayer::new(tower::layer::layer_fn(
+            |_inner: BoxBatchService| {
+                BoxBatchService::new(tower::service_fn(|_request| async {
+                    Err::<Vec<ConsumeOutcome>, _>(
+                        ConsumeError::new(
+                            ConsumeErrorKind::Storage,
+                            "the endpoint uses the inbox, but the bus's storage has no batch inbox",
+                        )
+                        .into_permanent(),
+                    )
+                }))
+            },
+        )))
+    }
+
+    /// retry (the whole batch) ─▶ batch inbox ─▶ batch consumer.
+    fn compose_batch(
+        &self,
+        consumer: BoxBatchService,
+        inbox: Option<&BoxBatchLayer>,
+    ) -> BoxBatchService {
+        let layered = match inbox {
+            Some(inbox) => inbox.layer(consumer),
+            None => consumer,
+        };
+        match &self.retry {
+            Some(policy) => {
+                BoxCloneSyncService::new(RetryLayer::new(policy.clone()).layer(layered))
+            }
+            None => layered,
         }
     }
 
@@ -475,7 +598,29 @@ impl std::fmt::Debug for EndpointConfig {
             .field("queue", &self.queue)
             .field("inbox", &self.inbox)
             .field("consumers", &self.consumers.len())
+            .field("batch_consumers", &self.batches.len())
             .field("layers", &self.layers.len())
             .finish_non_exhaustive()
     }
+}
+
+/// A batch consumer registered on an endpoint, before the endpoint is built.
+#[derive(Clone)]
+struct BatchRegistration {
+    info: ConsumerInfo,
+    options: BatchOptions,
+    service: BoxBatchService,
+    validate: fn(&ConsumeRequest) -> Result<(), ConsumeError>,
+}
+
+/// Whether a message binds to `M`: checked before it joins a batch, so that a message that does
+/// not is faulted alone (a `ReceiveFault`), not with its batch.
+fn binds<M: Message>(request: &ConsumeRequest) -> Result<(), ConsumeError> {
+    request
+        .received()
+        .envelope
+        .message
+        .bind::<M>()
+        .map(drop)
+        .map_err(|e| ConsumeError::new(ConsumeErrorKind::Deserialize, e))
 }
