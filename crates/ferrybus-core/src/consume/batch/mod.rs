@@ -16,7 +16,7 @@
 //! |---|---|
 //! | [`Batch<M>`] | `Batch<T>` |
 //! | [`Batch::len`], [`Batch::get`], [`Batch::iter`] | `Length`, `this[int]`, `IEnumerable<ConsumeContext<T>>` |
-//! | [`Batch::mode`] ([`BatchCompletionMode`]) | `Mode` (`BatchCompletionMode.Time / Size / Forced`) |
+//! | [`Batch::mode`] ([`BatchCompletionMode`]) | `Mode` (`BatchCompletionMode.Time / Size`; MassTransit's `Forced` comes from its message-level retry, which ferrybus does not mix with batches) |
 //! | [`Batch::first_message_received`], [`Batch::last_message_received`] | `FirstMessageReceived`, `LastMessageReceived` |
 //! | [`BatchOptions::message_limit`] (default 10) | `MessageLimit` / `SetMessageLimit` |
 //! | [`BatchOptions::time_limit`] (default 1 s) | `TimeLimit` / `SetTimeLimit` |
@@ -65,7 +65,8 @@ pub(crate) use collector::BatchCollector;
 pub use request::{BatchRequest, BoxBatchLayer, BoxBatchService};
 pub use service::BatchConsumerService;
 
-/// Why a batch was handed to its consumer (MassTransit's `BatchCompletionMode`).
+/// Why a batch was handed to its consumer (MassTransit's `BatchCompletionMode`; its `Forced`
+/// completes a batch when a retried message arrives, and ferrybus retries whole batches instead).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum BatchCompletionMode {
@@ -73,8 +74,6 @@ pub enum BatchCompletionMode {
     Time,
     /// The message limit was reached (`Size`).
     Size,
-    /// The endpoint is stopping and delivered what it had (`Forced`).
-    Forced,
 }
 
 /// Where the time limit of a batch counts from (MassTransit's `BatchTimeLimitStart`).
