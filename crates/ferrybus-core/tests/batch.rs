@@ -2,6 +2,7 @@
 //! every message settled with its batch, a failed batch retried whole and then each message
 //! faulted with its own `Fault<T>`, copies of a message within a batch kept once.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -203,5 +204,123 @@ async fn a_copy_of_a_message_in_the_same_batch_is_kept_once() {
     let seen = seen.lock().unwrap().clone();
     assert_eq!(seen.len(), 1);
     assert_eq!(seen[0].0, [id, other]);
+    harness.stop().await;
+}
+
+/// A consumer that records each batch's size and how many batches ran at once at most.
+fn counting_consumer(
+    sizes: Arc<Mutex<Vec<usize>>>,
+    running: Arc<AtomicUsize>,
+    max: Arc<AtomicUsize>,
+    barrier: Option<Arc<tokio::sync::Barrier>>,
+) -> impl ferrybus_core::Consumer<Batch<OrderPlaced>> {
+    consumer_fn(
+        "CountingConsumer",
+        move |ctx: ConsumeContext<Batch<OrderPlaced>>| {
+            let (sizes, running, max, barrier) =
+                (sizes.clone(), running.clone(), max.clone(), barrier.clone());
+            async move {
+                let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                max.fetch_max(now, Ordering::SeqCst);
+                sizes.lock().unwrap().push(ctx.message().len());
+                if let Some(barrier) = barrier {
+                    // Passes only when two batches are in the consumer at once.
+                    barrier.wait().await;
+                }
+                tokio::task::yield_now().await;
+                running.fetch_sub(1, Ordering::SeqCst);
+                Ok::<_, ConsumeError>(())
+            }
+        },
+    )
+}
+
+#[tokio::test]
+async fn concurrency_limit_bounds_the_batches_running_at_once() {
+    for (limit, barrier) in [(1, None), (2, Some(Arc::new(tokio::sync::Barrier::new(2))))] {
+        let sizes: Arc<Mutex<Vec<usize>>> = Arc::default();
+        let (running, max) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let consumer = counting_consumer(sizes.clone(), running, max.clone(), barrier);
+        let harness = TestHarness::builder()
+            .receive_endpoint("order-audit", move |e| {
+                e.batch_consumer(
+                    consumer,
+                    BatchOptions::new()
+                        .message_limit(2)
+                        .time_limit(Duration::from_secs(600))
+                        .concurrency_limit(limit),
+                )
+            })
+            .timeout(Duration::from_secs(20))
+            .start()
+            .await
+            .unwrap();
+        let mut ids = Vec::new();
+        for _ in 0..8 {
+            ids.push(harness.publish(&order()).await.unwrap());
+        }
+        for id in &ids {
+            harness.consumed(*id).await.unwrap();
+        }
+        assert_eq!(*sizes.lock().unwrap(), [2, 2, 2, 2]);
+        assert_eq!(
+            max.load(Ordering::SeqCst),
+            limit,
+            "concurrency limit {limit}"
+        );
+        harness.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn a_failed_batch_is_redelivered_message_by_message_then_faulted() {
+    // Each batch's size and its messages' redelivery counts.
+    type Redelivered = Arc<Mutex<Vec<(usize, Vec<u32>)>>>;
+    let seen: Redelivered = Arc::default();
+    let record = seen.clone();
+    let harness = TestHarness::builder()
+        .receive_endpoint("order-audit", move |e| {
+            e.redelivery(RetryPolicy::intervals([Duration::from_millis(10)]))
+                .batch_consumer(
+                    consumer_fn(
+                        "AuditConsumer",
+                        move |ctx: ConsumeContext<Batch<OrderPlaced>>| {
+                            let record = record.clone();
+                            async move {
+                                let counts =
+                                    ctx.message().iter().map(|m| m.redelivery_count()).collect();
+                                record.lock().unwrap().push((ctx.message().len(), counts));
+                                Err::<(), _>(ConsumeError::handler("audit store down"))
+                            }
+                        },
+                    ),
+                    BatchOptions::new()
+                        .message_limit(3)
+                        .time_limit(Duration::from_secs(600)),
+                )
+        })
+        .timeout(Duration::from_secs(20))
+        .start()
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(harness.publish(&order()).await.unwrap());
+    }
+    for id in &ids {
+        harness.faulted(*id).await.unwrap();
+    }
+    // The first batch failed: each message was redelivered once; the three came back as a
+    // batch, failed again, and each went to the error queue.
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [(3, vec![0, 0, 0]), (3, vec![1, 1, 1])]
+    );
+    let errors = harness.broker().messages("order-audit_error");
+    assert_eq!(errors.len(), 3);
+    assert!(errors
+        .iter()
+        .all(|m| m.headers.get_i64("MT-Fault-RedeliveryCount") == Some(1)));
+    assert_eq!(harness.sent_now::<Fault<OrderPlaced>>().len(), 3);
     harness.stop().await;
 }
