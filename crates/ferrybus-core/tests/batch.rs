@@ -324,3 +324,77 @@ async fn a_failed_batch_is_redelivered_message_by_message_then_faulted() {
     assert_eq!(harness.sent_now::<Fault<OrderPlaced>>().len(), 3);
     harness.stop().await;
 }
+
+struct NullSink;
+
+#[ferrybus_core::async_trait]
+impl ferrybus_core::MessageSink for NullSink {
+    async fn deliver(
+        &self,
+        _message: ferrybus_core::OutgoingMessage,
+    ) -> Result<(), ferrybus_core::PublishError> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_transient_failure_of_a_batch_pauses_the_endpoint_without_spending_a_retry() {
+    use ferrybus_core::resilience::{Dependency, EndpointState, PauseCause};
+    use ferrybus_core::{
+        EndpointConfig, EndpointContext, HostAddress, MessageFactory, MessageOrigin,
+    };
+    use tower::ServiceExt;
+
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = calls.clone();
+    let factory = MessageFactory::new(HostAddress::new("rabbitmq", "localhost", None, "/"));
+    let endpoint = EndpointConfig::new("order-audit")
+        .retry(RetryPolicy::immediate(3))
+        .batch_consumer(
+            consumer_fn(
+                "AuditConsumer",
+                move |_ctx: ConsumeContext<Batch<OrderPlaced>>| {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                    async {
+                        Err::<(), ConsumeError>(
+                            std::io::Error::from(std::io::ErrorKind::ConnectionRefused).into(),
+                        )
+                    }
+                },
+            ),
+            BatchOptions::new()
+                .message_limit(2)
+                .time_limit(Duration::from_secs(600)),
+        )
+        .build(EndpointContext {
+            input_address: factory.host().entity_address("order-audit"),
+            sink: Arc::new(NullSink),
+            factory: Arc::new(factory.clone()),
+            cancellation: tokio_util::sync::CancellationToken::new(),
+            inbox: None,
+            storage: None,
+        });
+    let delivery = || {
+        let message = factory
+            .send(
+                "queue:order-audit",
+                &order(),
+                &MessageOrigin::default(),
+                SendOptions::new(),
+            )
+            .unwrap();
+        ferrybus_core::Delivery::new(message.body).content_type(message.content_type)
+    };
+    let (a, b) = tokio::join!(
+        endpoint.clone().oneshot(delivery()),
+        endpoint.clone().oneshot(delivery())
+    );
+    let (Ok(a), Ok(b)) = (a, b);
+    assert_eq!(a.kind(), SettlementKind::Abandon);
+    assert_eq!(b.kind(), SettlementKind::Abandon);
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "no retry was spent on it");
+    let EndpointState::Paused(paused) = endpoint.control().state() else {
+        panic!("the endpoint pauses");
+    };
+    assert_eq!(paused.cause, PauseCause::Transient(Dependency::Other));
+}

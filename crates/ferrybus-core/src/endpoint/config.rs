@@ -448,7 +448,7 @@ impl EndpointConfig {
                 service: BoxCloneSyncService::new(BatchCollector::new(
                     batch.options.clone(),
                     batch.validate,
-                    self.compose_batch(batch.service.clone(), batch_inbox.as_ref()),
+                    self.compose_batch(batch.service.clone(), batch_inbox.as_ref(), guard.as_ref()),
                     context.cancellation.clone(),
                 )),
             }));
@@ -525,15 +525,20 @@ impl EndpointConfig {
         )))
     }
 
-    /// retry (the whole batch) ─▶ batch inbox ─▶ batch consumer.
+    /// retry (the whole batch) ─▶ transient guard ─▶ batch inbox ─▶ batch consumer.
     fn compose_batch(
         &self,
         consumer: BoxBatchService,
         inbox: Option<&BoxBatchLayer>,
+        guard: Option<&TransientGuardLayer>,
     ) -> BoxBatchService {
         let layered = match inbox {
             Some(inbox) => inbox.layer(consumer),
             None => consumer,
+        };
+        let layered = match guard {
+            Some(guard) => BoxCloneSyncService::new(guard.layer(layered)),
+            None => layered,
         };
         match &self.retry {
             Some(policy) => {

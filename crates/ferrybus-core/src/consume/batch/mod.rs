@@ -7,7 +7,7 @@
 //! delivery ─▶ endpoint ─▶ batch collector ──(message limit reached, or time limit)──▶ batch
 //!   (each delivery waits here for its batch)      │ at most `concurrency_limit` batches at once
 //!                                                 ▼
-//!                                 [retry] ▶ [inbox: one transaction, duplicates dropped] ▶ consumer
+//!                 [retry] ▶ [transient guard] ▶ [inbox: one transaction, duplicates dropped] ▶ consumer
 //!   ◀── every message of the batch settles with the batch's outcome: all acked, or each retried
 //!       (redelivery) or moved to `<queue>_error` with its own `Fault<T>`
 //! ```
