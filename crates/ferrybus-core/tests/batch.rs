@@ -97,15 +97,13 @@ async fn batches_by_message_limit() {
     assert_eq!(sizes(&seen), [5, 5]);
     let modes: Vec<_> = seen.lock().unwrap().iter().map(|(_, m)| *m).collect();
     assert_eq!(modes, [BatchCompletionMode::Size; 2]);
-    let mut batched: Vec<Uuid> = seen
+    let batched: Vec<Uuid> = seen
         .lock()
         .unwrap()
         .iter()
         .flat_map(|(i, _)| i.clone())
         .collect();
-    batched.sort();
-    ids.sort();
-    assert_eq!(batched, ids);
+    assert_eq!(batched, ids, "each batch in delivery order");
     assert!(harness.broker().messages("order-audit").is_empty());
     harness.stop().await;
 }

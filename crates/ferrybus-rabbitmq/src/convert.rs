@@ -148,6 +148,7 @@ pub(crate) fn inbound(delivery: &lapin::message::Delivery, body: Bytes) -> Deliv
         redelivered: delivery.redelivered,
         exchange: delivery.exchange.to_string(),
         routing_key: delivery.routing_key.to_string(),
+        sequence_number: Some(delivery.delivery_tag),
         extensions: http::Extensions::new(),
     }
 }

@@ -35,6 +35,8 @@ pub struct ReceivedMessage {
     pub transport_headers: Headers,
     /// The body's content type.
     pub content_type: String,
+    /// The transport's delivery sequence number, when it has one ([`Delivery::sequence_number`](crate::Delivery::sequence_number)).
+    pub sequence_number: Option<u64>,
 }
 
 impl ReceivedMessage {

@@ -32,6 +32,9 @@ pub struct Delivery {
     pub exchange: String,
     /// The routing key it was published with.
     pub routing_key: String,
+    /// Where the transport delivered it in sequence (RabbitMQ's delivery tag; MassTransit's
+    /// `ITransportSequenceNumber`): orders the messages of a batch.
+    pub sequence_number: Option<u64>,
     /// Values the transport or endpoint layers attach (e.g. a tracing context).
     pub extensions: http::Extensions,
 }

@@ -149,6 +149,7 @@ impl Inner {
             redelivered: delivery.redelivered,
             transport_headers: std::mem::take(&mut delivery.headers),
             content_type: read.content_type.to_owned(),
+            sequence_number: delivery.sequence_number,
         });
         let matching: Vec<&Registration> = self
             .consumers

@@ -222,14 +222,24 @@ impl Shared {
         );
         tokio::spawn(
             async move {
-                let Ok(_slot) = shared.slots.clone().acquire_owned().await else {
-                    return;
+                let slot = tokio::select! {
+                    slot = shared.slots.clone().acquire_owned() => slot.ok(),
+                    () = shared.cancellation.cancelled() => None,
                 };
-                let (requests, replies): (Vec<_>, Vec<_>) = open
-                    .waiting
-                    .into_iter()
-                    .map(|w| (w.request, w.reply))
-                    .unzip();
+                let Some(_slot) = slot else {
+                    // The endpoint stopped while the batch waited for a slot.
+                    return abandon(open);
+                };
+                let mut waiting = open.waiting;
+                // In delivery order, as MassTransit's `GetMessageBatchInOrder` (the transport's
+                // sequence number, else the sent time), not in the order the deliveries' tasks
+                // reached the collector.
+                waiting.sort_by_key(|w| {
+                    let received = w.request.received();
+                    (received.sequence_number, received.envelope.sent_time)
+                });
+                let (requests, replies): (Vec<_>, Vec<_>) =
+                    waiting.into_iter().map(|w| (w.request, w.reply)).unzip();
                 let Some(request) = BatchRequest::new(requests, mode, open.first, open.last) else {
                     return;
                 };
