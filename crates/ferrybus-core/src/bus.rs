@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::consume::BoxConsumeLayer;
+use crate::consume::{BoxBatchLayer, BoxConsumeLayer};
 use crate::endpoint::{EndpointConfig, EndpointContext};
 use crate::error::BoxError;
 use crate::outgoing::MessageFactory;
@@ -32,6 +32,15 @@ pub trait Storage: Send + Sync + 'static {
     /// The layer that runs a consumer behind the inbox and consumer outbox, for endpoints that
     /// ask for it ([`EndpointConfig::inbox`]).
     fn inbox_layer(&self) -> BoxConsumeLayer;
+
+    /// The inbox + consumer outbox for batch consumers
+    /// ([`EndpointConfig::batch_consumer`] on an endpoint with [`EndpointConfig::inbox`]): one
+    /// transaction per batch, each message recorded once, those seen before dropped from the
+    /// batch. `None` (the default) when the storage has none; such endpoints then fault their
+    /// batches.
+    fn batch_inbox_layer(&self) -> Option<BoxBatchLayer> {
+        None
+    }
 
     /// Starts the background services, which send stored messages through `sink` (the bus's
     /// transport). Called once the storage is prepared; stopped after the endpoints.

@@ -178,7 +178,10 @@ impl ConsumeError {
 
     /// The error chain, outermost first.
     pub fn chain(&self) -> impl Iterator<Item = &(dyn StdError + 'static)> {
-        let first: &(dyn StdError + 'static) = &*self.source;
+        let first: &(dyn StdError + 'static) = match self.source.downcast_ref::<SharedFailure>() {
+            Some(shared) => shared.0.source(),
+            None => &*self.source,
+        };
         std::iter::successors(Some(first), |e| (*e).source())
     }
 
@@ -195,7 +198,23 @@ impl ConsumeError {
     /// most 2048 characters. Captured whether or not `RUST_BACKTRACE` is set; file and line
     /// need debug info (`debug = "line-tables-only"` in a release profile is enough).
     pub fn stack_trace(&self) -> String {
-        trace::render(&self.backtrace)
+        match self.source.downcast_ref::<SharedFailure>() {
+            Some(shared) => shared.0.stack_trace(),
+            None => trace::render(&self.backtrace),
+        }
+    }
+
+    /// The same failure again, for each message of a failed batch: the kind, exception type,
+    /// retry count, message, causes and stack trace of `error`.
+    pub(crate) fn shared(error: &std::sync::Arc<ConsumeError>) -> Self {
+        Self {
+            kind: error.kind,
+            source: Box::new(SharedFailure(error.clone())),
+            type_name: error.type_name.clone(),
+            permanent: error.permanent,
+            retry_count: error.retry_count,
+            backtrace: Backtrace::disabled(),
+        }
     }
 
     /// Converts into a boxed `std::error::Error`.
@@ -219,6 +238,22 @@ impl fmt::Debug for ConsumeError {
             .field("permanent", &self.is_permanent())
             .field("retry_count", &self.retry_count)
             .finish()
+    }
+}
+
+/// One failure shared by several messages (a batch's): reads as the original error.
+#[derive(Debug)]
+struct SharedFailure(std::sync::Arc<ConsumeError>);
+
+impl fmt::Display for SharedFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl StdError for SharedFailure {
+    fn source(&self) -> Option<&(dyn StdError + 'static)> {
+        self.0.source().source()
     }
 }
 

@@ -32,6 +32,10 @@ pub mod saga;
 pub use address::{AddressError, EndpointAddress, HostAddress, DIRECT_REPLY_TO};
 pub use bus::{Background, BusConfig, ConfigError, Storage};
 pub use consume::{
+    Batch, BatchCompletionMode, BatchOptions, BatchRequest, BoxBatchLayer, BoxBatchService,
+    TimeLimitStart,
+};
+pub use consume::{
     BoxConsumeLayer, BoxConsumeService, ConsumeOutcome, ConsumeRequest, ConsumerInfo,
     ReceivedMessage, RetryLayer, RetryPolicy,
 };

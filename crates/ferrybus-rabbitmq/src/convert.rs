@@ -167,6 +167,7 @@ pub(crate) fn inbound(delivery: &lapin::message::Delivery, body: Bytes) -> Deliv
         routing_key: delivery.routing_key.to_string(),
         priority: *p.priority(),
         reply_to: p.reply_to().as_ref().map(ToString::to_string),
+        sequence_number: Some(delivery.delivery_tag),
         extensions: http::Extensions::new(),
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use ferrybus_core::resilience::Dependency;
-use ferrybus_core::{Background, BoxConsumeLayer, BoxError, SharedSink, Storage};
+use ferrybus_core::{Background, BoxBatchLayer, BoxConsumeLayer, BoxError, SharedSink, Storage};
 use sea_orm::{ConnectionTrait, DatabaseConnection};
 use uuid::Uuid;
 
@@ -14,7 +14,7 @@ use crate::cleanup::{CleanupConfig, InboxCleanup};
 use crate::config::{StorageConfig, Tables};
 use crate::delivery::{DeliveryConfig, OutboxDeliveryService};
 use crate::error::StoreError;
-use crate::inbox::{Handoff, InboxConfig, InboxLayer};
+use crate::inbox::{BatchInboxLayer, Handoff, InboxConfig, InboxLayer};
 use crate::migrate::Migrator;
 
 /// The inbox, consumer outbox and bus outbox on PostgreSQL, on MassTransit's tables: give it to a
@@ -361,6 +361,15 @@ impl Storage for PostgresStorage {
             config,
             self.handoff.clone(),
         ))
+    }
+
+    fn batch_inbox_layer(&self) -> Option<BoxBatchLayer> {
+        let config = self.inbox.clone().with_storage(self.config());
+        Some(BoxBatchLayer::new(BatchInboxLayer::new(
+            self.db.clone(),
+            config,
+            self.handoff.clone(),
+        )))
     }
 
     fn start(&self, sink: SharedSink) -> Background {

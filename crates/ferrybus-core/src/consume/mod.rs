@@ -12,11 +12,16 @@
 //! The endpoint ([`crate::endpoint`]) routes a delivery to the stacks of the consumers of its
 //! message types and turns their outcomes into one [`Settlement`](crate::Settlement).
 
+pub mod batch;
 pub(crate) mod panic;
 mod request;
 mod retry;
 mod service;
 
+pub use batch::{
+    Batch, BatchCompletionMode, BatchConsumerService, BatchOptions, BatchRequest, BoxBatchLayer,
+    BoxBatchService, TimeLimitStart,
+};
 pub use panic::panic_message;
 pub use request::{ConsumeOutcome, ConsumeRequest, ConsumerInfo, ReceivedMessage};
 pub use retry::{RetryLayer, RetryPolicy};

@@ -39,6 +39,8 @@ pub struct ReceivedMessage {
     pub priority: Option<u8>,
     /// The transport's reply-to property, if it had one.
     pub reply_to: Option<String>,
+    /// The transport's delivery sequence number, when it has one ([`Delivery::sequence_number`](crate::Delivery::sequence_number)).
+    pub sequence_number: Option<u64>,
 }
 
 impl ReceivedMessage {

@@ -26,6 +26,10 @@ use crate::resilience::{
     Classifier, Dependency, EndpointControl, Strikes, Transience, TransientGuardLayer,
 };
 
+mod batch;
+
+use batch::BatchRegistration;
+
 /// The default [`EndpointConfig::max_body_size`]: 32 MiB.
 pub const DEFAULT_MAX_BODY_SIZE: usize = 32 * 1024 * 1024;
 
@@ -88,6 +92,7 @@ pub struct EndpointConfig {
     layers: Vec<BoxEndpointLayer>,
     consumer_layers: Vec<BoxConsumeLayer>,
     consumers: Vec<(ConsumerInfo, BoxConsumeService)>,
+    batches: Vec<BatchRegistration>,
     raw_json: bool,
     publish_faults: bool,
     max_body_size: usize,
@@ -129,6 +134,7 @@ impl EndpointConfig {
             layers: Vec::new(),
             consumer_layers: Vec::new(),
             consumers: Vec::new(),
+            batches: Vec::new(),
             raw_json: false,
             publish_faults: true,
             max_body_size: DEFAULT_MAX_BODY_SIZE,
@@ -347,28 +353,38 @@ impl EndpointConfig {
         self.inbox
     }
 
-    /// The prefetch count: as set; else the concurrency limit × 1.2; else max(2 × cores, 16).
+    /// The prefetch count: as set; else the concurrency limit × 1.2; else max(2 × cores, 16);
+    /// at least every batch consumer's `message_limit × concurrency_limit` (as MassTransit's
+    /// `BatchOptions` raises `PrefetchCount`).
     pub fn prefetch_count(&self) -> u16 {
+        let batches = u16::try_from(self.batch_capacity()).unwrap_or(u16::MAX);
         if let Some(p) = self.prefetch {
-            return p;
+            return p.max(batches);
         }
         if let Some(c) = self.concurrency {
-            return u16::try_from((c * 6).div_ceil(5)).unwrap_or(u16::MAX);
+            return u16::try_from((c * 6).div_ceil(5))
+                .unwrap_or(u16::MAX)
+                .max(batches);
         }
         let cores = std::thread::available_parallelism().map_or(1, usize::from);
-        u16::try_from((2 * cores).max(16)).unwrap_or(u16::MAX)
+        u16::try_from((2 * cores).max(16))
+            .unwrap_or(u16::MAX)
+            .max(batches)
     }
 
-    /// How many messages run at once: as set, else the prefetch count.
+    /// How many messages run at once: as set, else the prefetch count; at least every batch
+    /// consumer's `message_limit × concurrency_limit` (MassTransit's `ConcurrentMessageLimit`
+    /// raised by `BatchOptions`), so that a whole batch can wait in flight.
     pub fn concurrency_limit(&self) -> usize {
         self.concurrency
             .unwrap_or_else(|| usize::from(self.prefetch_count()))
+            .max(self.batch_capacity())
     }
 
     /// The message types the endpoint's consumers handle (their exchanges are bound to it).
     pub fn message_types(&self) -> Vec<MessageType> {
         let mut types: Vec<MessageType> = Vec::new();
-        for (info, _) in &self.consumers {
+        for info in self.consumers() {
             if !types.iter().any(|t| t.urn() == info.message_type().urn()) {
                 types.push(info.message_type().clone());
             }
@@ -378,7 +394,10 @@ impl EndpointConfig {
 
     /// The consumers registered so far.
     pub fn consumers(&self) -> impl Iterator<Item = &ConsumerInfo> {
-        self.consumers.iter().map(|(info, _)| info)
+        self.consumers
+            .iter()
+            .map(|(info, _)| info)
+            .chain(self.batches.iter().map(|b| &b.info))
     }
 
     /// Builds the endpoint. A transport calls this once per endpoint and then calls the
@@ -390,7 +409,7 @@ impl EndpointConfig {
             .pause_on_transient
             .then(|| self.transient_guard(&control, context.storage.as_ref()));
         let inbox = context.inbox.filter(|_| self.inbox);
-        let consumers = self
+        let mut consumers: Vec<Registration> = self
             .consumers
             .iter()
             .map(|(info, service)| Registration {
@@ -398,6 +417,15 @@ impl EndpointConfig {
                 service: self.compose(service.clone(), inbox.as_ref(), guard.as_ref()),
             })
             .collect();
+        let batches = self.batch_services(
+            context.storage.as_ref(),
+            guard.as_ref(),
+            &context.cancellation,
+        );
+        consumers.extend(batches.into_iter().map(|(info, service)| Registration {
+            info: Arc::new(info),
+            service,
+        }));
         let endpoint = EndpointService::new(
             context.input_address.clone(),
             consumers,
@@ -501,6 +529,7 @@ impl std::fmt::Debug for EndpointConfig {
             .field("queue", &self.queue)
             .field("inbox", &self.inbox)
             .field("consumers", &self.consumers.len())
+            .field("batch_consumers", &self.batches.len())
             .field("layers", &self.layers.len())
             .finish_non_exhaustive()
     }

@@ -38,6 +38,9 @@ pub struct Delivery {
     /// The transport's reply-to property (RabbitMQ's direct reply-to name of the requester), used
     /// for responses to a `…/amq.rabbitmq.reply-to` response address.
     pub reply_to: Option<String>,
+    /// Where the transport delivered it in sequence (RabbitMQ's delivery tag; MassTransit's
+    /// `ITransportSequenceNumber`): orders the messages of a batch.
+    pub sequence_number: Option<u64>,
     /// Values the transport or endpoint layers attach (e.g. a tracing context).
     pub extensions: http::Extensions,
 }

@@ -151,6 +151,7 @@ impl Inner {
             content_type: read.content_type.to_owned(),
             priority: delivery.priority,
             reply_to: delivery.reply_to.take(),
+            sequence_number: delivery.sequence_number,
         });
         let matching: Vec<&Registration> = self
             .consumers

@@ -266,6 +266,7 @@ impl EndpointRunner {
         let this = Arc::new(self);
         let limit = Arc::new(Semaphore::new(concurrency));
         let mut in_flight = JoinSet::new();
+        let mut sequence = 0u64;
         loop {
             // Paused (a transient failure, a kill switch …): take nothing until it resumes.
             let control = this.service.control().clone();
@@ -282,8 +283,9 @@ impl EndpointRunner {
                 break;
             };
             let runner = this.clone();
+            sequence += 1;
             in_flight.spawn(async move {
-                runner.handle(message).await;
+                runner.handle(message, sequence).await;
                 drop(permit);
             });
             while in_flight.try_join_next().is_some() {}
@@ -291,7 +293,7 @@ impl EndpointRunner {
         while in_flight.join_next().await.is_some() {}
     }
 
-    async fn handle(&self, message: StoredMessage) {
+    async fn handle(&self, message: StoredMessage, sequence: u64) {
         let delivery = Delivery {
             body: message.body.clone(),
             content_type: message.content_type.clone(),
@@ -300,6 +302,7 @@ impl EndpointRunner {
             correlation_id: message.correlation_id.clone(),
             redelivered: message.redelivered,
             exchange: self.queue.clone(),
+            sequence_number: Some(sequence),
             ..Delivery::default()
         };
         let Ok(settlement) = self.service.clone().oneshot(delivery).await;

@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 use futures::future::BoxFuture;
 use tower::{Layer, Service};
 
-use crate::consume::{ConsumeOutcome, ConsumeRequest};
+use crate::consume::{BatchRequest, ConsumeOutcome, ConsumeRequest};
 use crate::error::{ConsumeError, ConsumeErrorKind, PublishError, PublishErrorKind};
 use crate::resilience::{EndpointControl, PauseCause, Resume};
 
@@ -236,16 +236,62 @@ where
     }
 
     fn call(&mut self, request: ConsumeRequest) -> Self::Future {
-        let control = self.layer.control.clone();
-        if let crate::resilience::EndpointState::Paused(paused) = control.state() {
-            return Box::pin(
-                async move { Err(paused_error(paused.cause.as_str(), paused.reason)) },
-            );
+        if let Some(paused) = self.layer.paused() {
+            return Box::pin(async move { Err(paused) });
         }
-        let transience = self.layer.transience.clone();
-        let strikes = self.layer.strikes.clone();
         let message = request.received().envelope.message_id;
-        let future = self.inner.call(request);
+        self.layer.guard(self.inner.call(request), message)
+    }
+}
+
+/// The same guard around a whole batch (between the batch's retry and its inbox): a transient
+/// failure pauses the endpoint and gives every message of the batch back to the queue.
+impl<S> Service<BatchRequest> for TransientGuard<S>
+where
+    S: Service<BatchRequest, Response = Vec<ConsumeOutcome>, Error = ConsumeError>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Vec<ConsumeOutcome>;
+    type Error = ConsumeError;
+    type Future = BoxFuture<'static, Result<Vec<ConsumeOutcome>, ConsumeError>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), ConsumeError>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: BatchRequest) -> Self::Future {
+        if let Some(paused) = self.layer.paused() {
+            return Box::pin(async move { Err(paused) });
+        }
+        // A batch is not struck as a poison message (no one message id stands for it).
+        self.layer.guard(self.inner.call(request), None)
+    }
+}
+
+impl TransientGuardLayer {
+    /// The error a delivery taken while the endpoint is paused fails with.
+    fn paused(&self) -> Option<ConsumeError> {
+        match self.control.state() {
+            crate::resilience::EndpointState::Paused(paused) => {
+                Some(paused_error(paused.cause.as_str(), paused.reason))
+            }
+            _ => None,
+        }
+    }
+
+    /// Runs `future`; a transient failure pauses the endpoint and comes back as the paused error,
+    /// unless `message` used up its strikes (see [`TransientGuardLayer`]).
+    fn guard<T: Send + 'static>(
+        &self,
+        future: impl std::future::Future<Output = Result<T, ConsumeError>> + Send + 'static,
+        message: Option<uuid::Uuid>,
+    ) -> BoxFuture<'static, Result<T, ConsumeError>> {
+        let control = self.control.clone();
+        let transience = self.transience.clone();
+        let strikes = self.strikes.clone();
         Box::pin(async move {
             let error = match future.await {
                 Ok(outcome) => {

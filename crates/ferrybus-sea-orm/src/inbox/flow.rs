@@ -22,7 +22,7 @@ use crate::telemetry::{
 
 /// What the inbox row says to do with this delivery.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Claim {
+pub(super) enum Claim {
     /// Not consumed yet: run the consumer. `inserted`: this transaction wrote the row, already
     /// marked consumed and delivered (see `Sql::inbox_insert`); otherwise it is an older row with
     /// `Consumed` NULL (written by .NET or an earlier ferrybus) that still has to be marked.
@@ -96,7 +96,7 @@ where
     }
 }
 
-async fn rollback(txn: DatabaseTransaction, error: StoreError) -> ConsumeError {
+pub(super) async fn rollback(txn: DatabaseTransaction, error: StoreError) -> ConsumeError {
     if let Err(e) = txn.rollback().await {
         tracing::warn!(target: "ferrybus::inbox", error = %e, "rollback failed");
     }
@@ -105,7 +105,11 @@ async fn rollback(txn: DatabaseTransaction, error: StoreError) -> ConsumeError {
 
 /// Inserts the inbox row, or locks the existing one (a concurrent first copy makes this wait
 /// on the unique index until it commits or rolls back).
-async fn claim(txn: &DatabaseTransaction, sql: &Sql, key: InboxKey) -> Result<Claim, StoreError> {
+pub(super) async fn claim(
+    txn: &DatabaseTransaction,
+    sql: &Sql,
+    key: InboxKey,
+) -> Result<Claim, StoreError> {
     for _ in 0..3 {
         let lock_id = Uuid::new_v4();
         if txn
@@ -153,7 +157,7 @@ async fn duplicate(
     Ok(ConsumeOutcome::Duplicate)
 }
 
-fn count_duplicate(request: &ConsumeRequest) {
+pub(super) fn count_duplicate(request: &ConsumeRequest) {
     let consumer = request.consumer().name().to_owned();
     metrics::counter!(INBOX_DUPLICATES_TOTAL, "consumer" => consumer).increment(1);
 }
@@ -265,7 +269,7 @@ async fn write(
 /// of the message either waits for this to finish or (having taken the lock first) delivers
 /// them itself: `BEGIN`, lock + state (one statement), send, delete + mark delivered (one
 /// statement), `COMMIT`.
-async fn deliver_after_commit(
+pub(super) async fn deliver_after_commit(
     shared: &Shared,
     sink: &SharedSink,
     key: InboxKey,

@@ -18,6 +18,7 @@
 //!     set delivered + delete rows ─ COMMIT ─ ack)
 //! ```
 
+mod batch;
 mod config;
 mod context;
 mod flow;
@@ -32,6 +33,7 @@ use ferrybus_core::{ConsumeError, ConsumeOutcome, ConsumeRequest};
 use futures::future::BoxFuture;
 use tower::Service;
 
+pub(crate) use batch::BatchInboxLayer;
 pub(crate) use config::InboxConfig;
 pub use context::{InboxTransaction, TransactionExt};
 pub(crate) use handoff::Handoff;

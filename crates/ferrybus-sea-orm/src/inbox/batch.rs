@@ -1,0 +1,257 @@
+//! The inbox for batch consumers: one READ COMMITTED transaction per batch.
+//!
+//! ```text
+//! BEGIN ─ per message, in message-id order (so two batches sharing messages lock alike):
+//!         INSERT inbox row ON CONFLICT DO NOTHING, or lock the existing one
+//!           ─ new (or an older row not consumed) ▶ stays in the batch
+//!           ─ consumed ▶ dropped from the batch (a duplicate; one still undelivered is left to
+//!                        the sweeper, which sends its rows)
+//!       ─ none left ▶ COMMIT, every message acknowledged as a duplicate
+//! run the consumer on what is left, the transaction in every message's context
+//!       ─ Err ▶ ROLLBACK (no row stays: the retry or the error queue sees the whole batch again)
+//!       └ Ok  ▶ published: outbox rows under the last message's inbox row (consumed, not
+//!                delivered); older unconsumed rows marked consumed ─ COMMIT
+//! after COMMIT, if it published: the after-commit sender (or, without it, this delivery) sends
+//! them, as for a single message
+//! ```
+
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use chrono::Utc;
+use ferrybus_core::{BatchRequest, BoxBatchService, ConsumeError, ConsumeOutcome, ConsumeRequest};
+use futures::future::BoxFuture;
+use sea_orm::{ConnectionTrait, DatabaseConnection};
+use tower::{Layer, Service, ServiceExt};
+use tracing::Instrument;
+
+use crate::consumer_outbox::{self, InboxKey};
+use crate::error::{StoreError, StoreErrorKind};
+use crate::inbox::context::InboxTransaction;
+use crate::inbox::flow::{claim, count_duplicate, deliver_after_commit, rollback, Claim};
+use crate::inbox::handoff::Committed;
+use crate::inbox::layer::Shared;
+use crate::inbox::sink::CaptureSink;
+use crate::inbox::{Handoff, InboxConfig};
+use crate::sql::{Begin, StoredRow};
+use crate::telemetry::{timed, INBOX_STAGE_SECONDS as STAGE};
+
+/// The batch inbox as a tower layer over a batch pipeline (see the [module docs](self)).
+#[derive(Clone, Debug)]
+pub(crate) struct BatchInboxLayer {
+    shared: Arc<Shared>,
+}
+
+impl BatchInboxLayer {
+    pub(crate) fn new(db: DatabaseConnection, config: InboxConfig, handoff: Arc<Handoff>) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                db,
+                config,
+                begin: Begin::new(),
+                handoff,
+            }),
+        }
+    }
+}
+
+impl Layer<BoxBatchService> for BatchInboxLayer {
+    type Service = BatchInbox;
+
+    fn layer(&self, inner: BoxBatchService) -> BatchInbox {
+        BatchInbox {
+            inner,
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// The batch inbox service.
+#[derive(Clone)]
+pub(crate) struct BatchInbox {
+    inner: BoxBatchService,
+    shared: Arc<Shared>,
+}
+
+impl Service<BatchRequest> for BatchInbox {
+    type Response = Vec<ConsumeOutcome>;
+    type Error = ConsumeError;
+    type Future = BoxFuture<'static, Result<Vec<ConsumeOutcome>, ConsumeError>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), ConsumeError>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: BatchRequest) -> Self::Future {
+        let inner = self.inner.clone();
+        let shared = self.shared.clone();
+        let span = tracing::info_span!(
+            target: "ferrybus::inbox",
+            "batch_inbox",
+            messages = request.items().len(),
+            consumer = request.consumer().name(),
+        );
+        Box::pin(handle(shared, inner, request).instrument(span))
+    }
+}
+
+fn key_of(shared: &Shared, request: &ConsumeRequest) -> Result<InboxKey, ConsumeError> {
+    let Some(message_id) = request.received().original_message_id() else {
+        let error = StoreError::new(
+            StoreErrorKind::MissingMessageId,
+            "the inbox needs a message id (a message of the batch has none)",
+        );
+        return Err(error.into_consume_error().into_permanent());
+    };
+    Ok(InboxKey {
+        message_id,
+        consumer_id: shared.config.resolve_consumer_id(request.consumer()),
+    })
+}
+
+async fn handle(
+    shared: Arc<Shared>,
+    inner: BoxBatchService,
+    mut request: BatchRequest,
+) -> Result<Vec<ConsumeOutcome>, ConsumeError> {
+    let keys = request
+        .items()
+        .iter()
+        .map(|item| key_of(&shared, item))
+        .collect::<Result<Vec<_>, _>>()?;
+    let sql = shared.config.storage().sql();
+    let txn = timed(STAGE, "begin", shared.begin.read_committed(&shared.db))
+        .await
+        .map_err(StoreError::into_consume_error)?;
+    let mut order: Vec<usize> = (0..keys.len()).collect();
+    order.sort_by_key(|&i| keys[i].message_id);
+    let mut claims = vec![Claim::Duplicate; keys.len()];
+    for i in order {
+        match timed(STAGE, "claim", claim(&txn, sql, keys[i])).await {
+            Ok(claimed) => claims[i] = claimed,
+            Err(error) => return Err(rollback(txn, error).await),
+        }
+    }
+    let runs: Vec<bool> = claims
+        .iter()
+        .map(|c| matches!(c, Claim::Run { .. }))
+        .collect();
+    for (item, run) in request.items().iter().zip(&runs) {
+        if !run {
+            tracing::info!(
+                target: "ferrybus::inbox",
+                message_id = ?item.received().original_message_id(),
+                consumer = item.consumer().name(),
+                "duplicate message dropped from the batch"
+            );
+            count_duplicate(item);
+        }
+    }
+    let outcomes: Vec<ConsumeOutcome> = runs
+        .iter()
+        .map(|&run| {
+            if run {
+                ConsumeOutcome::Consumed
+            } else {
+                ConsumeOutcome::Duplicate
+            }
+        })
+        .collect();
+    let kept: Vec<(InboxKey, bool)> = keys
+        .iter()
+        .zip(&claims)
+        .filter_map(|(key, claim)| match claim {
+            Claim::Run { inserted } => Some((*key, *inserted)),
+            _ => None,
+        })
+        .collect();
+    let Some(&(last, _)) = kept.last() else {
+        txn.commit()
+            .await
+            .map_err(|e| StoreError::database(e).into_consume_error())?;
+        return Ok(outcomes);
+    };
+    request.retain(|i| runs[i]);
+
+    let transport = request.context().sink().clone();
+    let capture = CaptureSink::new();
+    request.set_sink(Arc::new(capture.clone()));
+    let txn = Arc::new(txn);
+    for item in request.requests_mut() {
+        item.extensions_mut().insert(InboxTransaction(txn.clone()));
+    }
+    let result = timed(STAGE, "consume", inner.oneshot(request)).await;
+    let messages = capture.take();
+    let Ok(txn) = Arc::try_unwrap(txn) else {
+        let error = StoreError::new(
+            StoreErrorKind::TransactionHeld,
+            "the batch consumer kept the inbox transaction",
+        );
+        return Err(error.into_consume_error());
+    };
+    if let Err(error) = result {
+        let _ = txn.rollback().await;
+        return Err(error);
+    }
+    let written = timed(
+        STAGE,
+        "outbox_write",
+        write(&txn, sql, &kept, last, &messages),
+    )
+    .await;
+    let seqs = match written {
+        Ok(seqs) => seqs,
+        Err(error) => return Err(rollback(txn, error).await),
+    };
+    timed(STAGE, "commit", txn.commit())
+        .await
+        .map_err(|e| StoreError::database(e).into_consume_error())?;
+    if messages.is_empty() {
+        return Ok(outcomes);
+    }
+    let rows = seqs
+        .into_iter()
+        .zip(messages)
+        .map(|(seq, message)| StoredRow {
+            seq,
+            outbox_id: None,
+            message: Some(message),
+            unreadable: None,
+        })
+        .collect();
+    let rows = match shared.handoff.offer(Committed { key: last, rows }) {
+        Ok(()) => return Ok(outcomes),
+        Err(entry) => entry.rows,
+    };
+    timed(
+        STAGE,
+        "deliver",
+        deliver_after_commit(&shared, &transport, last, rows),
+    )
+    .await
+    .map(|()| outcomes)
+    .map_err(StoreError::into_consume_error)
+}
+
+/// Marks older unconsumed rows consumed (rows this transaction inserted are already), and
+/// writes what the batch published under the last message's row.
+async fn write(
+    txn: &impl ConnectionTrait,
+    sql: &crate::sql::Sql,
+    kept: &[(InboxKey, bool)],
+    last: InboxKey,
+    messages: &[ferrybus_core::OutgoingMessage],
+) -> Result<Vec<i64>, StoreError> {
+    let now = Utc::now();
+    // The last row is marked by the outbox insert when the batch published something.
+    let marked_by_insert = |key: InboxKey| key == last && !messages.is_empty();
+    for &(key, inserted) in kept {
+        if !inserted && !marked_by_insert(key) {
+            txn.execute(sql.inbox_consumed_delivered(key, now)).await?;
+        }
+    }
+    if messages.is_empty() {
+        return Ok(Vec::new());
+    }
+    consumer_outbox::insert(txn, sql, last, messages).await
+}
