@@ -11,6 +11,7 @@ use uuid::Uuid;
 use crate::address::{AddressError, EndpointAddress, HostAddress};
 use crate::envelope::{Envelope, Headers, HostInfo, Payload, ENVELOPE_CONTENT_TYPE};
 use crate::error::PublishError;
+use crate::instrument::{current_activity_id, ACTIVITY_ID_HEADER};
 use crate::message::{Message, MessageType, TypeName};
 
 /// One message ready to leave the process: a serialized body and the metadata a transport or an
@@ -275,6 +276,14 @@ impl MessageFactory {
         let mut headers = origin.headers.clone();
         for (name, value) in options.headers.iter() {
             headers.insert(name, value.clone());
+        }
+        // The current span (inside a consumer, its process span) continues in whatever
+        // receives this message, also when an outbox row carries it there later
+        // (`crate::instrument`).
+        if !headers.contains(ACTIVITY_ID_HEADER) {
+            if let Some(activity_id) = current_activity_id() {
+                headers.insert(ACTIVITY_ID_HEADER, activity_id);
+            }
         }
         let all_types = message_type.all_types();
         let envelope = Envelope {

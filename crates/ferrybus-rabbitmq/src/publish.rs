@@ -4,11 +4,13 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use ferrybus_core::instrument::{SendInstrument, ACTIVITY_ID_HEADER};
 use ferrybus_core::{EndpointAddress, MessageSink, OutgoingMessage, PublishError};
+use opentelemetry::context::FutureExt as _;
 
 use std::time::Duration;
 
-use lapin::types::{FieldTable, ShortString};
+use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::BasicProperties;
 use serde_json::{Map, Value};
 
@@ -44,25 +46,51 @@ impl Publisher {
         Self { connector }
     }
 
-    /// Sends one message and waits for the broker's confirm.
+    /// Sends one message and waits for the broker's confirm, inside its `<destination> send`
+    /// span, whose context it writes into the transport's `MT-Activity-Id` (see
+    /// [`ferrybus_core::instrument`]).
     pub(crate) async fn send(&self, message: &OutgoingMessage) -> Result<()> {
         let address = message.destination()?;
+        let send = SendInstrument::start(message, &address.name, "rabbitmq");
+        let activity_id = send.activity_id();
+        let result = self
+            .send_traced(message, &address, activity_id.as_deref())
+            .with_context(send.context().clone())
+            .await;
+        match &result {
+            Ok(()) => send.finish(None),
+            Err(error) => {
+                let kind = format!("{:?}", error.kind());
+                send.finish(Some((&kind, &error.to_string())));
+            }
+        }
+        result
+    }
+
+    async fn send_traced(
+        &self,
+        message: &OutgoingMessage,
+        address: &EndpointAddress,
+        activity_id: Option<&str>,
+    ) -> Result<()> {
         let timeout = self.connector.publish_timeout();
         let live = self.connector.live(timeout).await?;
         // The confirm wait has its own deadline; this one also bounds opening the channel and
         // declaring the destination, so a publish never hangs on a stalled connection.
-        let result =
-            tokio::time::timeout(timeout, Self::declare_and_publish(&live, &address, message))
-                .await
-                .unwrap_or_else(|_| {
-                    Err(RabbitMqError::new(
-                        ErrorKind::Timeout,
-                        format!(
-                            "publishing to exchange {:?} took longer than {timeout:?}",
-                            address.name
-                        ),
-                    ))
-                });
+        let result = tokio::time::timeout(
+            timeout,
+            Self::declare_and_publish(&live, address, message, activity_id),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            Err(RabbitMqError::new(
+                ErrorKind::Timeout,
+                format!(
+                    "publishing to exchange {:?} took longer than {timeout:?}",
+                    address.name
+                ),
+            ))
+        });
         if result
             .as_ref()
             .is_err_and(|e| e.kind() == ErrorKind::Broker)
@@ -84,6 +112,7 @@ impl Publisher {
         live: &Live,
         address: &EndpointAddress,
         message: &OutgoingMessage,
+        activity_id: Option<&str>,
     ) -> Result<()> {
         let channel = live.declare_channel().await?;
         live.topology
@@ -91,7 +120,15 @@ impl Publisher {
             .await?;
         let row = RowProperties::read(&message.properties);
         let exchange = row.exchange.as_deref().unwrap_or(&address.name);
-        let properties = row.apply(outgoing_properties(message));
+        let mut properties = row.apply(outgoing_properties(message));
+        if let Some(activity_id) = activity_id {
+            let mut headers = properties.headers().clone().unwrap_or_default();
+            headers.insert(
+                ACTIVITY_ID_HEADER.into(),
+                AMQPValue::LongString(activity_id.into()),
+            );
+            properties = properties.with_headers(headers);
+        }
         if let Some(delay) = row.delay.filter(|d| !d.is_zero() && !exchange.is_empty()) {
             // As MassTransit's RabbitMqSendTransportContext: through `<exchange>_delay` (the
             // delayed-message plugin) or, without it, a TTL queue dead-lettering to the exchange.
