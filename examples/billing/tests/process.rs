@@ -26,6 +26,8 @@ fn billing() -> Command {
         .env("RUST_LOG", "info,sqlx=warn")
         .env("DATABASE_URL", database_url())
         .env("AMQP_URL", amqp_url())
+        // Any free port: tests run side by side.
+        .env("BILLING_HTTP_ADDR", "127.0.0.1:0")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

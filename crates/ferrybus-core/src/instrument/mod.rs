@@ -197,11 +197,11 @@ pub(crate) fn current_activity_id() -> Option<String> {
 /// The `<destination> send` span and instruments of one message a transport puts on the broker.
 ///
 /// ```
-/// use ferrybus_core::{instrument::SendInstrument, MessageFactory, MessageOrigin, SendOptions, HostAddress};
+/// use ferrybus_core::{instrument::SendInstrument, HostAddress, MessageFactory, MessageOrigin, SendOptions};
 /// # #[derive(serde::Serialize, serde::Deserialize, ferrybus_core::Message)]
 /// # #[message(namespace = "Shop")]
 /// # struct OrderPlaced {}
-/// let factory = MessageFactory::new(HostAddress::parse("rabbitmq://localhost/").unwrap());
+/// let factory = MessageFactory::new(HostAddress::new("rabbitmq", "localhost", None, "/"));
 /// let message = factory.publish(&OrderPlaced {}, &MessageOrigin::default(), SendOptions::new()).unwrap();
 /// let send = SendInstrument::start(&message, "Shop:OrderPlaced", "rabbitmq");
 /// let _header = send.activity_id(); // written into the transport's `MT-Activity-Id`
