@@ -53,7 +53,8 @@ async fn main() -> ExitCode {
     };
     let (stop_http, stopped) = tokio::sync::oneshot::channel::<()>();
     let app = ferrybus_telemetry::router(&telemetry, billing.health());
-    tracing::info!(addr = %config.http_addr, "serving /metrics, /health/live and /health/ready");
+    let addr = listener.local_addr().unwrap_or(config.http_addr);
+    tracing::info!(%addr, "serving /metrics, /health/live and /health/ready");
     let http = tokio::spawn(async move {
         let shutdown = async {
             let _ = stopped.await;
