@@ -133,33 +133,72 @@ impl Service<ConsumeRequest> for ConsumeInstrument {
             .start_with_context(&tracer, &parent);
         let cx = parent.with_span(span);
 
+        let mut attempt = Attempt {
+            cx: cx.clone(),
+            labels,
+            started,
+            finished: false,
+        };
         let inner = self.inner.clone();
         Box::pin(async move {
-            let result = inner.oneshot(request).with_context(cx.clone()).await;
-            let span = cx.span();
-            let instruments = super::metrics::instruments();
-            if let Err(error) = &result {
-                span.add_event(
-                    "exception",
-                    vec![
-                        KeyValue::new("exception.type", error.exception_type().to_owned()),
-                        KeyValue::new("exception.message", error.to_string()),
-                    ],
-                );
-                span.set_status(Status::error(error.to_string()));
-                let mut labels = labels.to_vec();
-                labels.push(KeyValue::new(
-                    EXCEPTION_TYPE_LABEL,
-                    exception_type_label(error.exception_type()),
-                ));
-                instruments.consume_fault_total.add(1, &labels);
-            }
-            instruments.consume_in_progress.add(-1, &labels);
-            instruments
-                .consume_duration
-                .record(started.elapsed().as_secs_f64() * 1000.0, &labels);
-            span.end();
+            let result = inner.oneshot(request).with_context(cx).await;
+            attempt.finish(result.as_ref().err());
             result
         })
+    }
+}
+
+/// One consumer attempt's span and instruments, ended once: when the attempt returns, or when
+/// its future is dropped unfinished (counted then as an error of type `Cancelled`).
+struct Attempt {
+    cx: Context,
+    labels: [KeyValue; 4],
+    started: Instant,
+    finished: bool,
+}
+
+impl Attempt {
+    fn finish(&mut self, error: Option<&ConsumeError>) {
+        self.finished = true;
+        let span = self.cx.span();
+        let instruments = instruments();
+        if let Some(error) = error {
+            span.add_event(
+                "exception",
+                vec![
+                    KeyValue::new("exception.type", error.exception_type().to_owned()),
+                    KeyValue::new("exception.message", error.to_string()),
+                ],
+            );
+            span.set_status(Status::error(error.to_string()));
+            self.count_error(&exception_type_label(error.exception_type()));
+        }
+        instruments.consume_in_progress.add(-1, &self.labels);
+        instruments
+            .consume_duration
+            .record(self.started.elapsed().as_secs_f64() * 1000.0, &self.labels);
+        span.end();
+    }
+
+    fn count_error(&self, exception_type: &str) {
+        let mut labels = self.labels.to_vec();
+        labels.push(KeyValue::new(
+            EXCEPTION_TYPE_LABEL,
+            exception_type.to_owned(),
+        ));
+        instruments().consume_fault_total.add(1, &labels);
+    }
+}
+
+impl Drop for Attempt {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.finished = true;
+            let span = self.cx.span();
+            span.set_status(Status::error("the attempt was cancelled"));
+            self.count_error("Cancelled");
+            instruments().consume_in_progress.add(-1, &self.labels);
+            span.end();
+        }
     }
 }

@@ -64,6 +64,7 @@ pub(crate) struct Receive {
     cx: Context,
     started: Instant,
     labels: [KeyValue; 2],
+    finished: bool,
 }
 
 impl Receive {
@@ -118,11 +119,12 @@ impl Receive {
             cx,
             started: Instant::now(),
             labels,
+            finished: false,
         }
     }
 
     /// Runs the endpoint inside the span and records how it settled.
-    pub(crate) async fn run<F, E>(self, fut: F) -> Result<Settlement, E>
+    pub(crate) async fn run<F, E>(mut self, fut: F) -> Result<Settlement, E>
     where
         F: Future<Output = Result<Settlement, E>>,
     {
@@ -133,7 +135,8 @@ impl Receive {
         result
     }
 
-    fn finish(self, settlement: &Settlement) {
+    fn finish(&mut self, settlement: &Settlement) {
+        self.finished = true;
         let instruments = metrics::instruments();
         let span = self.cx.span();
         span.set_attribute(KeyValue::new(
@@ -168,6 +171,21 @@ impl Receive {
             .receive_duration
             .record(self.started.elapsed().as_secs_f64() * 1000.0, &self.labels);
         span.end();
+    }
+}
+
+impl Drop for Receive {
+    /// A delivery dropped before it settled (the transport gave up on it at shutdown): the
+    /// span ends as abandoned and the delivery no longer counts as in progress.
+    fn drop(&mut self) {
+        if !self.finished {
+            let span = self.cx.span();
+            span.set_attribute(KeyValue::new(SETTLEMENT_ATTRIBUTE, "abandon"));
+            metrics::instruments()
+                .receive_in_progress
+                .add(-1, &self.labels);
+            span.end();
+        }
     }
 }
 
