@@ -1,5 +1,6 @@
 //! OTLP export from `OTEL_*`: spans and metrics of a consumed message reach an OTLP/HTTP
-//! receiver on loopback as protobuf, with the service name of `OTEL_SERVICE_NAME`. Its own
+//! receiver on loopback as protobuf, with the service name of `OTEL_SERVICE_NAME`; `/metrics`
+//! serves the same instruments. Its own
 //! binary: it installs the process's global providers.
 #![allow(missing_docs)]
 
@@ -137,6 +138,16 @@ async fn spans_and_metrics_reach_an_otlp_receiver() {
             .any(|n| n == "messaging.masstransit.consume"),
         "{metric_names:?}"
     );
+
+    // The same instruments in Prometheus text at /metrics.
+    let metrics = serve(ferrybus_telemetry::metrics_router(&telemetry)).await;
+    let (status, text) = common::get(metrics, "/metrics").await;
+    assert_eq!(status, 200);
+    let series = format!(
+        "messaging_masstransit_consume_total{{messaging_masstransit_consumer_type=\"PingConsumer\",messaging_masstransit_destination=\"{queue}\""
+    );
+    assert!(text.contains(&series), "{text}");
+
     tokio::task::spawn_blocking(move || telemetry.shutdown())
         .await
         .unwrap();
