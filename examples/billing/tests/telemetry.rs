@@ -1,7 +1,8 @@
 //! Billing's traces and metrics on real RabbitMQ and PostgreSQL: an `OrderPlaced` carrying a .NET
 //! publisher's `MT-Activity-Id` continues into billing's receive and process spans and into the
 //! `MT-Activity-Id` of the `InvoiceCreated` the consumer outbox delivers; the consume counter
-//! equals the orders sent; an invalid order raises the error counters with its exception type.
+//! equals the orders sent; an invalid order raises the error counters with its exception type;
+//! a duplicate counts in `ferrybus.inbox.duplicates`, not in `consume`.
 //! Billing runs in this process, its spans captured by an in-memory exporter.
 #![allow(missing_docs)]
 
@@ -342,6 +343,39 @@ async fn consume_counts_equal_orders_and_faults_count_their_exception_type() {
     // InvoiceCreated and PaymentCaptured of each order went through the consumer outbox.
     assert!(
         sample(&text, "messaging_masstransit_outbox_delivery_total", &[]) >= 2.0 * ORDERS as f64
+    );
+
+    // The same message twice: the inbox stops the copy, counted as a duplicate, not consumed.
+    let factory = MessageFactory::new(HostAddress::new("rabbitmq", "localhost", None, "/"));
+    let message = factory
+        .publish(
+            &order("8.00"),
+            &MessageOrigin::default(),
+            SendOptions::new(),
+        )
+        .unwrap();
+    for _ in 0..2 {
+        let properties = mt_properties(&message.message_id.to_string());
+        app.probe
+            .publish("", &queue, &message.body, properties)
+            .await;
+    }
+    let duplicates = [
+        ("messaging_masstransit_destination", queue.as_str()),
+        ("messaging_masstransit_consumer_type", "InvoiceConsumer"),
+    ];
+    let text = eventually("the duplicate counted", WAIT, || async {
+        let text = telemetry.prometheus_text();
+        (sample(&text, "ferrybus_inbox_duplicates_total", &duplicates) == 1.0
+            && sample(&text, "messaging_masstransit_receive_total", &endpoint)
+                == (ORDERS + 3) as f64)
+            .then_some(text)
+    })
+    .await;
+    assert_eq!(
+        sample(&text, "messaging_masstransit_consume_total", &consumed),
+        (ORDERS + 4) as f64,
+        "the copy did not reach the consumer: {text}"
     );
 
     sender.stop().await;
