@@ -11,7 +11,9 @@ use uuid::Uuid;
 use crate::address::{AddressError, EndpointAddress, HostAddress};
 use crate::envelope::{Envelope, Headers, HostInfo, Payload, ENVELOPE_CONTENT_TYPE};
 use crate::error::PublishError;
-use crate::instrument::{current_activity_id, ACTIVITY_ID_HEADER};
+use crate::instrument::{
+    baggage_header, current_activity_id, ACTIVITY_CORRELATION_CONTEXT_HEADER, ACTIVITY_ID_HEADER,
+};
 use crate::message::{Message, MessageType, TypeName};
 
 /// One message ready to leave the process: a serialized body and the metadata a transport or an
@@ -283,6 +285,11 @@ impl MessageFactory {
         if !headers.contains(ACTIVITY_ID_HEADER) {
             if let Some(activity_id) = current_activity_id() {
                 headers.insert(ACTIVITY_ID_HEADER, activity_id);
+            }
+        }
+        if !headers.contains(ACTIVITY_CORRELATION_CONTEXT_HEADER) {
+            if let Some(baggage) = baggage_header(&opentelemetry::Context::current()) {
+                headers.insert(ACTIVITY_CORRELATION_CONTEXT_HEADER, baggage);
             }
         }
         let all_types = message_type.all_types();

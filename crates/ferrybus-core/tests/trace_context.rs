@@ -1,7 +1,8 @@
 //! The trace context as MassTransit carries it, on the in-memory transport with an SDK
 //! capturing spans: `MT-Activity-Id` on a delivery parents its receive span (or is linked, with
 //! `MT-Activity-Propagation: Link`), the process span is the receive span's child, and a message
-//! the consumer publishes carries the process span in its `MT-Activity-Id`. Its own binary: it
+//! the consumer publishes carries the process span in its `MT-Activity-Id` (and the sender's
+//! baggage in `MT-Activity-Correlation-Context`). Its own binary: it
 //! installs the global tracer provider.
 
 use std::sync::OnceLock;
@@ -180,5 +181,43 @@ async fn a_delivery_without_trace_context_starts_one() {
         s.span_context.trace_id() == pong.trace_id()
     });
     assert_eq!(receive.parent_span_id, SpanId::INVALID);
+    harness.stop().await;
+}
+
+#[tokio::test]
+async fn the_senders_baggage_goes_on_in_mt_activity_correlation_context() {
+    exporter();
+    let harness = harness("trace-baggage").await;
+    let factory = MessageFactory::new(HostAddress::loopback());
+    let id = Uuid::now_v7();
+    let baggage = serde_json::json!([
+        {"Key": "tenant", "Value": "acme"},
+        {"Key": "messaging.message.conversation_id", "Value": "not carried on"}
+    ]);
+    let options = SendOptions::new().header("MT-Activity-Correlation-Context", baggage);
+    let message = factory
+        .publish(&Ping { id }, &MessageOrigin::default(), options)
+        .unwrap();
+    harness.publish_raw(
+        "trace-baggage",
+        StoredMessage {
+            body: message.body.clone(),
+            message_id: Some(message.message_id.to_string()),
+            ..StoredMessage::default()
+        },
+    );
+    harness
+        .consumed(message.message_id)
+        .await
+        .expect("consumed");
+    let pong = harness
+        .sent_now::<Pong>()
+        .into_iter()
+        .find(|e| e.message["id"] == id.to_string())
+        .expect("the Pong");
+    assert_eq!(
+        pong.headers.get("MT-Activity-Correlation-Context"),
+        Some(&serde_json::json!([{"Key": "tenant", "Value": "acme"}]))
+    );
     harness.stop().await;
 }

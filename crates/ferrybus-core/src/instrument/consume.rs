@@ -13,12 +13,14 @@ use opentelemetry::{global, Context, KeyValue};
 use tower::util::BoxCloneSyncService;
 use tower::{Layer, Service, ServiceExt};
 
+use super::context::{baggage_pairs, ACTIVITY_CORRELATION_CONTEXT_HEADER};
 use super::metrics::{
     endpoint_label, exception_type_label, instruments, message_type_label, service_label,
     CONSUMER_TYPE_LABEL, ENDPOINT_LABEL, EXCEPTION_TYPE_LABEL, MESSAGE_TYPE_LABEL, SCOPE,
 };
 use crate::consume::{BoxConsumeService, ConsumeOutcome, ConsumeRequest};
 use crate::error::ConsumeError;
+use opentelemetry::baggage::BaggageExt as _;
 
 /// The layer every endpoint puts right around each consumer (innermost, inside the consumer
 /// layers).
@@ -125,7 +127,18 @@ impl Service<ConsumeRequest> for ConsumeInstrument {
                 address.clone(),
             ));
         }
-        let parent = Context::current();
+        // The sender's baggage (`MT-Activity-Correlation-Context`), as MassTransit's
+        // `AddConsumeContextTags` sets it, and carried on by what the consumer sends.
+        let mut parent = Context::current();
+        if let Some(value) = envelope.headers.get(ACTIVITY_CORRELATION_CONTEXT_HEADER) {
+            let baggage: Vec<KeyValue> = baggage_pairs(value)
+                .into_iter()
+                .map(|(k, v)| KeyValue::new(k, v))
+                .collect();
+            if !baggage.is_empty() {
+                parent = parent.with_baggage(baggage);
+            }
+        }
         let span = tracer
             .span_builder(format!("{endpoint} process"))
             .with_kind(SpanKind::Consumer)

@@ -21,6 +21,73 @@ pub const ACTIVITY_ID_HEADER: &str = "MT-Activity-Id";
 pub const ACTIVITY_PROPAGATION_HEADER: &str = "MT-Activity-Propagation";
 /// The W3C header read when `MT-Activity-Id` is absent.
 pub const TRACEPARENT_HEADER: &str = "traceparent";
+/// The envelope header carrying the sender's baggage (MassTransit's
+/// `DiagnosticHeaders.ActivityCorrelationContext`): a list of `{"Key", "Value"}` pairs, read in
+/// `DiagnosticActivityExtensions.AddConsumeContextTags` and written in `PopulateSendActivity`
+/// without the conversation and correlation ids. MassTransit's RabbitMQ transport drops list
+/// headers from the AMQP headers, so it travels in the envelope only.
+pub const ACTIVITY_CORRELATION_CONTEXT_HEADER: &str = "MT-Activity-Correlation-Context";
+
+/// The baggage MassTransit leaves out of `MT-Activity-Correlation-Context` (it sets both from
+/// the message itself).
+const OWN_BAGGAGE: [&str; 2] = [
+    "messaging.masstransit.correlation_id",
+    "messaging.message.conversation_id",
+];
+
+/// The baggage pairs of an `MT-Activity-Correlation-Context` value: System.Text.Json's
+/// `[{"Key": …, "Value": …}]`, or a plain object; non-text and blank values are skipped, as
+/// MassTransit skips them.
+///
+/// ```
+/// use ferrybus_core::instrument::baggage_pairs;
+/// let value = serde_json::json!([{"Key": "tenant", "Value": "acme"}, {"Key": "n", "Value": 1}]);
+/// assert_eq!(baggage_pairs(&value), [("tenant".to_owned(), "acme".to_owned())]);
+/// let object = serde_json::json!({"tenant": "acme", "blank": " "});
+/// assert_eq!(baggage_pairs(&object), [("tenant".to_owned(), "acme".to_owned())]);
+/// ```
+pub fn baggage_pairs(value: &serde_json::Value) -> Vec<(String, String)> {
+    use serde_json::Value;
+    let text = |v: Option<&Value>| match v {
+        Some(Value::String(s)) if !s.trim().is_empty() => Some(s.clone()),
+        _ => None,
+    };
+    let field = |pair: &serde_json::Map<String, Value>, name: &str| {
+        pair.iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v)
+            .cloned()
+    };
+    match value {
+        Value::Array(pairs) => pairs
+            .iter()
+            .filter_map(|pair| {
+                let pair = pair.as_object()?;
+                let key = text(field(pair, "Key").as_ref())?;
+                Some((key, text(field(pair, "Value").as_ref())?))
+            })
+            .collect(),
+        Value::Object(map) => map
+            .iter()
+            .filter_map(|(k, v)| Some((k.clone(), text(Some(v))?)))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// `MT-Activity-Correlation-Context` for `cx`'s baggage, as MassTransit writes it; `None` when
+/// there is none to carry.
+pub(crate) fn baggage_header(cx: &opentelemetry::Context) -> Option<serde_json::Value> {
+    use opentelemetry::baggage::BaggageExt as _;
+    let pairs: Vec<serde_json::Value> = cx
+        .baggage()
+        .iter()
+        .filter(|(key, _)| !OWN_BAGGAGE.contains(&key.as_str()))
+        .filter(|(_, (value, _))| !value.as_str().trim().is_empty())
+        .map(|(key, (value, _))| serde_json::json!({"Key": key.as_str(), "Value": value.as_str()}))
+        .collect();
+    (!pairs.is_empty()).then_some(serde_json::Value::Array(pairs))
+}
 
 /// How a delivery's spans relate to the sender's trace (`MT-Activity-Propagation`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

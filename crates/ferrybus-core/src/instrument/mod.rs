@@ -35,9 +35,11 @@ use opentelemetry::trace::{Link, SpanKind, Status, TraceContextExt as _, Tracer 
 use opentelemetry::{global, Context, KeyValue};
 
 pub use consume::{ConsumeInstrument, ConsumeInstrumentLayer};
+pub(crate) use context::baggage_header;
 pub use context::{
-    format_traceparent, parse_traceparent, propagation, remote_parent, Propagation,
-    ACTIVITY_ID_HEADER, ACTIVITY_PROPAGATION_HEADER, TRACEPARENT_HEADER,
+    baggage_pairs, format_traceparent, parse_traceparent, propagation, remote_parent, Propagation,
+    ACTIVITY_CORRELATION_CONTEXT_HEADER, ACTIVITY_ID_HEADER, ACTIVITY_PROPAGATION_HEADER,
+    TRACEPARENT_HEADER,
 };
 pub use metrics::*;
 
