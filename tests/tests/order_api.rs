@@ -34,6 +34,23 @@ async fn posted_order_is_invoiced_by_billing() {
                 .expect("the order API starts");
             let addr = api.local_addr();
 
+            // Health on the same address: live at once, ready once the bus is connected.
+            assert_eq!(http(addr, "GET", "/health/live", None).await.0, 200);
+            let report = eventually("the order API to be ready", WAIT, || async {
+                let (status, body) = http(addr, "GET", "/health/ready", None).await;
+                (status == 200).then_some(body)
+            })
+            .await;
+            let report: Value = serde_json::from_str(&report).unwrap();
+            assert_eq!(report["status"], "Healthy", "{report}");
+            let parts: Vec<&str> = report["parts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p["name"].as_str().unwrap())
+                .collect();
+            assert_eq!(parts, ["broker", "database", "outbox"], "{report}");
+
             let (status, body) = http(
                 addr,
                 "POST",

@@ -22,6 +22,7 @@ pub mod endpoint;
 pub mod envelope;
 pub mod error;
 pub mod fault;
+pub mod instrument;
 pub mod memory;
 pub mod message;
 pub mod outgoing;

@@ -11,6 +11,9 @@ use uuid::Uuid;
 use crate::address::{AddressError, EndpointAddress, HostAddress};
 use crate::envelope::{Envelope, Headers, HostInfo, Payload, ENVELOPE_CONTENT_TYPE};
 use crate::error::PublishError;
+use crate::instrument::{
+    baggage_header, current_activity_id, ACTIVITY_CORRELATION_CONTEXT_HEADER, ACTIVITY_ID_HEADER,
+};
 use crate::message::{Message, MessageType, TypeName};
 
 /// One message ready to leave the process: a serialized body and the metadata a transport or an
@@ -341,6 +344,19 @@ impl MessageFactory {
         let mut headers = origin.headers.clone();
         for (name, value) in options.headers.iter() {
             headers.insert(name, value.clone());
+        }
+        // The current span (inside a consumer, its process span) continues in whatever
+        // receives this message, also when an outbox row carries it there later
+        // (`crate::instrument`).
+        if !headers.contains(ACTIVITY_ID_HEADER) {
+            if let Some(activity_id) = current_activity_id() {
+                headers.insert(ACTIVITY_ID_HEADER, activity_id);
+            }
+        }
+        if !headers.contains(ACTIVITY_CORRELATION_CONTEXT_HEADER) {
+            if let Some(baggage) = baggage_header(&opentelemetry::Context::current()) {
+                headers.insert(ACTIVITY_CORRELATION_CONTEXT_HEADER, baggage);
+            }
         }
         let all_types = message_type.all_types();
         let envelope = Envelope {

@@ -4,11 +4,13 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use ferrybus_core::instrument::{SendInstrument, ACTIVITY_ID_HEADER};
 use ferrybus_core::{EndpointAddress, MessageSink, OutgoingMessage, PublishError, DIRECT_REPLY_TO};
+use opentelemetry::context::FutureExt as _;
 
 use std::time::Duration;
 
-use lapin::types::{FieldTable, ShortString};
+use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::BasicProperties;
 use serde_json::{Map, Value};
 
@@ -44,37 +46,60 @@ impl Publisher {
         Self { connector }
     }
 
-    /// Sends one message and waits for the broker's confirm.
+    /// Sends one message and waits for the broker's confirm, inside its `<destination> send`
+    /// span, whose context it writes into the transport's `MT-Activity-Id` (see
+    /// [`ferrybus_core::instrument`]).
     pub(crate) async fn send(&self, message: &OutgoingMessage) -> Result<()> {
         let timeout = self.connector.publish_timeout();
-        let live = self.connector.live(timeout).await?;
-        Self::send_on(&live, None, message).await
+        traced(message, |address, activity_id| async move {
+            let live = self.connector.live(timeout).await?;
+            Self::publish_once(&live, None, message, &address, activity_id.as_deref()).await
+        })
+        .await
     }
 
-    /// Sends one message on `channel` of `live` (the shared publish channel when `None`).
+    /// [`send`](Self::send) on `channel` of `live` (a direct reply-to client's channel, which
+    /// must carry the requests whose replies it consumes).
     pub(crate) async fn send_on(
+        live: &Live,
+        channel: &lapin::Channel,
+        message: &OutgoingMessage,
+    ) -> Result<()> {
+        traced(message, |address, activity_id| async move {
+            Self::publish_once(
+                live,
+                Some(channel),
+                message,
+                &address,
+                activity_id.as_deref(),
+            )
+            .await
+        })
+        .await
+    }
+
+    async fn publish_once(
         live: &Live,
         channel: Option<&lapin::Channel>,
         message: &OutgoingMessage,
+        address: &EndpointAddress,
+        activity_id: Option<&str>,
     ) -> Result<()> {
-        let address = message.destination()?;
         let timeout = live.publish_timeout();
         // The confirm wait has its own deadline; this one also bounds opening the channel and
         // declaring the destination, so a publish never hangs on a stalled connection.
-        let result = tokio::time::timeout(
-            timeout,
-            Self::declare_and_publish(live, &address, message, channel),
-        )
-        .await
-        .unwrap_or_else(|_| {
-            Err(RabbitMqError::new(
-                ErrorKind::Timeout,
-                format!(
-                    "publishing to exchange {:?} took longer than {timeout:?}",
-                    address.name
-                ),
-            ))
-        });
+        let publish = Self::declare_and_publish(live, address, message, channel, activity_id);
+        let result = tokio::time::timeout(timeout, publish)
+            .await
+            .unwrap_or_else(|_| {
+                Err(RabbitMqError::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "publishing to exchange {:?} took longer than {timeout:?}",
+                        address.name
+                    ),
+                ))
+            });
         if result
             .as_ref()
             .is_err_and(|e| e.kind() == ErrorKind::Broker)
@@ -97,6 +122,7 @@ impl Publisher {
         address: &EndpointAddress,
         message: &OutgoingMessage,
         channel: Option<&lapin::Channel>,
+        activity_id: Option<&str>,
     ) -> Result<()> {
         let row = RowProperties::read(&message.properties);
         let mut exchange = row.exchange.as_deref().unwrap_or(&address.name);
@@ -119,7 +145,15 @@ impl Publisher {
                 .destination(&declare, address, &message.publish_bindings)
                 .await?;
         }
-        let properties = row.apply(outgoing_properties(message));
+        let mut properties = row.apply(outgoing_properties(message));
+        if let Some(activity_id) = activity_id {
+            let mut headers = properties.headers().clone().unwrap_or_default();
+            headers.insert(
+                ACTIVITY_ID_HEADER.into(),
+                AMQPValue::LongString(activity_id.into()),
+            );
+            properties = properties.with_headers(headers);
+        }
         if let Some(delay) = row.delay.filter(|d| !d.is_zero() && !exchange.is_empty()) {
             // As MassTransit's RabbitMqSendTransportContext: through `<exchange>_delay` (the
             // delayed-message plugin) or, without it, a TTL queue dead-lettering to the exchange.
@@ -153,6 +187,29 @@ impl Publisher {
             None => live.publish(target, &message.body, properties).await,
         }
     }
+}
+
+/// Runs one send of `message` inside its `<destination> send` span: `send` gets the destination
+/// and the span's `MT-Activity-Id`; the span ends with the outcome.
+async fn traced<F, Fut>(message: &OutgoingMessage, send: F) -> Result<()>
+where
+    F: FnOnce(EndpointAddress, Option<String>) -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    let address = message.destination()?;
+    let instrument = SendInstrument::start(message, &address.name, "rabbitmq");
+    let activity_id = instrument.activity_id();
+    let result = send(address, activity_id)
+        .with_context(instrument.context().clone())
+        .await;
+    match &result {
+        Ok(()) => instrument.finish(None),
+        Err(error) => {
+            let kind = format!("{:?}", error.kind());
+            instrument.finish(Some((&kind, &error.to_string())));
+        }
+    }
+    result
 }
 
 #[async_trait]

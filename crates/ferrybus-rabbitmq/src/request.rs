@@ -64,7 +64,7 @@ impl ResponseEndpoint {
     async fn send_direct(&self, connector: &Connector, message: &OutgoingMessage) -> Result<()> {
         let live = connector.live(connector.publish_timeout()).await?;
         let channel = self.direct_channel(&live).await?;
-        Publisher::send_on(&live, Some(&channel), message).await
+        Publisher::send_on(&live, &channel, message).await
     }
 
     async fn direct_channel(&self, live: &Arc<Live>) -> Result<lapin::Channel> {

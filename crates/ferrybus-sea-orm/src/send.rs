@@ -39,7 +39,8 @@ pub(crate) async fn send_in_order(
         let mut failed = false;
         for row in rows {
             let (seq, has_message) = (row.seq, row.message.is_some());
-            in_flight.push_back(async move { (seq, has_message, send_row(sink, row).await) });
+            in_flight
+                .push_back(async move { (seq, has_message, send_row(sink, row, source).await) });
             // Starts the send just pushed, and takes the results that are in, in order.
             while let Some(Some((seq, has_message, result))) = in_flight.next().now_or_never() {
                 if !record(&mut outcome, seq, has_message, result, source) {
@@ -59,7 +60,7 @@ pub(crate) async fn send_in_order(
     } else {
         for row in rows {
             let (seq, has_message) = (row.seq, row.message.is_some());
-            let result = send_row(sink, row).await;
+            let result = send_row(sink, row, source).await;
             if !record(&mut outcome, seq, has_message, result, source) {
                 break;
             }
@@ -68,12 +69,27 @@ pub(crate) async fn send_in_order(
     outcome
 }
 
-async fn send_row(sink: &SharedSink, row: StoredRow) -> Result<(), PublishError> {
+async fn send_row(
+    sink: &SharedSink,
+    row: StoredRow,
+    source: &'static str,
+) -> Result<(), PublishError> {
     if let Some(reason) = row.unreadable {
         return Err(PublishError::new(PublishErrorKind::Serialize, reason));
     }
     match row.message {
-        Some(message) => sink.deliver(message).await,
+        Some(message) => {
+            let destination = message.destination_address.clone();
+            let result = sink.deliver(message).await;
+            // MassTransit's `outbox.delivery` (`StartOutboxDeliveryInstrument`).
+            let error = result.as_ref().err().map(|e| format!("{:?}", e.kind()));
+            ferrybus_core::instrument::record_outbox_delivery(
+                &destination,
+                error.as_deref(),
+                source == "sweeper",
+            );
+            result
+        }
         None => {
             tracing::warn!(
                 target: "ferrybus::outbox",

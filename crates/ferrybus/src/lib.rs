@@ -58,6 +58,10 @@ pub use ferrybus_rabbitmq as rabbitmq;
 #[cfg(feature = "sea-orm")]
 pub use ferrybus_sea_orm as sea_orm;
 
+/// OpenTelemetry setup from `OTEL_*`, `/metrics` and `/health/*` (feature `telemetry`).
+#[cfg(feature = "telemetry")]
+pub use ferrybus_telemetry as telemetry;
+
 /// The README's examples, compiled as doc tests.
 #[cfg(doctest)]
 #[doc = include_str!("../../../README.md")]

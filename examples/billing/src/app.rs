@@ -7,6 +7,7 @@ use example_contracts::{OrderPlaced, PaymentCaptured, PaymentRefunded};
 use ferrybus::rabbitmq::RabbitMqBus;
 use ferrybus::sea_orm::PostgresStorage;
 use ferrybus::{BoxError, Consumer, EndpointConfig, RetryPolicy};
+use ferrybus_telemetry::{BacklogThreshold, Health};
 use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbErr};
 
 use crate::config::Config;
@@ -84,6 +85,7 @@ pub fn payments_endpoint(endpoint: EndpointConfig, config: &Config) -> EndpointC
 pub struct Billing {
     bus: RabbitMqBus,
     db: DatabaseConnection,
+    storage: PostgresStorage,
 }
 
 impl Billing {
@@ -107,11 +109,12 @@ impl Billing {
                 .map_err(|e| format!("AMQP_TLS_CA_FILE {}: {e}", path.display()))?;
             builder = builder.tls_root_certificates(pem);
         }
+        let storage = storage(config, db.clone());
         let bus = builder
             .connection_name(config.connection_name.clone())
             .shutdown_timeout(config.shutdown_timeout)
             .connect_timeout(config.connect_timeout)
-            .storage(storage(config, db.clone()))
+            .storage(storage.clone())
             .receive_endpoint(&config.invoice_queue, |e| {
                 invoice_endpoint(e, config, invoices)
             })
@@ -124,7 +127,7 @@ impl Billing {
             concurrency = config.concurrency,
             "billing is running"
         );
-        Ok(Self { bus, db })
+        Ok(Self { bus, db, storage })
     }
 
     /// The bus (to publish, or to watch its events).
@@ -135,6 +138,13 @@ impl Billing {
     /// Billing's connection pool.
     pub fn db(&self) -> &DatabaseConnection {
         &self.db
+    }
+
+    /// Billing's health: the broker, both endpoints, the database and the outbox backlog.
+    pub fn health(&self) -> Health {
+        Health::new()
+            .rabbitmq(&self.bus)
+            .postgres(&self.storage, BacklogThreshold::default())
     }
 
     /// Stops consuming (in-flight messages finish), then the outbox delivery and the cleanup.

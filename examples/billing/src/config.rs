@@ -34,6 +34,8 @@ pub struct ConfigError {
 /// | `FERRYBUS_INBOX_TABLE` | by naming | inbox table name |
 /// | `FERRYBUS_OUTBOX_STATE_TABLE` | by naming | outbox state table name |
 /// | `FERRYBUS_OUTBOX_MESSAGE_TABLE` | by naming | outbox message table name |
+/// | `BILLING_HTTP_ADDR` | `127.0.0.1:9464` | where `/metrics`, `/health/live` and `/health/ready` are served |
+/// | `OTEL_EXPORTER_OTLP_ENDPOINT`, `OTEL_SERVICE_NAME`, … | — | traces and metrics over OTLP (http/protobuf) when set (docs/operations.md) |
 ///
 /// ```
 /// let config = example_billing::Config::default();
@@ -71,7 +73,12 @@ pub struct Config {
     pub connect_timeout: Duration,
     /// A PEM file of CA certificates trusted for `amqps://`.
     pub amqp_tls_ca_file: Option<std::path::PathBuf>,
+    /// Where `/metrics`, `/health/live` and `/health/ready` are served.
+    pub http_addr: std::net::SocketAddr,
 }
+
+/// The default [`Config::http_addr`], Prometheus's port for exporters.
+pub const DEFAULT_HTTP_ADDR: &str = "127.0.0.1:9464";
 
 /// The delivery limit of billing's quorum queues, set explicitly (RabbitMQ 4.x's default; 3.x
 /// has none): a message delivered this often without being settled goes to `_error` with its
@@ -100,6 +107,7 @@ impl Default for Config {
             shutdown_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(30),
             amqp_tls_ca_file: None,
+            http_addr: DEFAULT_HTTP_ADDR.parse().expect("a socket address"),
         }
     }
 }
@@ -159,6 +167,11 @@ impl Config {
                 )
             })?;
             config.shutdown_timeout = Duration::from_millis(ms);
+        }
+        if let Some(value) = lookup("BILLING_HTTP_ADDR") {
+            config.http_addr = value
+                .parse()
+                .map_err(|_| invalid("BILLING_HTTP_ADDR", &value, "expected host:port"))?;
         }
         if let Some(path) = lookup("AMQP_TLS_CA_FILE") {
             config.amqp_tls_ca_file = Some(path.into());

@@ -1,7 +1,7 @@
 //! The billing binary as a child process, observed from outside: SIGTERM in the middle of a
 //! burst (in-flight orders finish and are acknowledged, nothing new is taken, it exits within
 //! its stop timeout, nothing done is redelivered), and start-up errors that never print a
-//! password, whatever the host list.
+//! password, whatever the host list; `/metrics` and `/health/*` served on `BILLING_HTTP_ADDR`.
 #![allow(missing_docs)]
 
 use std::process::Stdio;
@@ -26,6 +26,8 @@ fn billing() -> Command {
         .env("RUST_LOG", "info,sqlx=warn")
         .env("DATABASE_URL", database_url())
         .env("AMQP_URL", amqp_url())
+        // Any free port: tests run side by side.
+        .env("BILLING_HTTP_ADDR", "127.0.0.1:0")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -236,4 +238,106 @@ fn terminate(child: &Child) {
         .status()
         .expect("kill runs");
     assert!(status.success());
+}
+
+/// `GET path` on `addr`: the status code and the body.
+async fn http_get(addr: &str, path: &str) -> (u16, String) {
+    use tokio::io::AsyncWriteExt;
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .expect("billing serves HTTP");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("sent");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.expect("read");
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("not HTTP: {response}"));
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serves_metrics_and_health_on_billing_http_addr() {
+    let id = unique("http").replace('-', "_");
+    let billing_schema = format!("{id}_billing");
+    let messaging_schema = format!("{id}_messaging");
+    let invoice_queue = unique("http-invoice");
+    let payments_queue = unique("http-payments");
+    let probe = Probe::connect(&amqp_url()).await;
+    probe.track_endpoint(&invoice_queue);
+    probe.track_endpoint(&payments_queue);
+
+    let mut command = billing();
+    command.envs([
+        ("BILLING_SCHEMA", billing_schema.as_str()),
+        ("FERRYBUS_SCHEMA", messaging_schema.as_str()),
+        ("BILLING_INVOICE_QUEUE", invoice_queue.as_str()),
+        ("BILLING_PAYMENTS_QUEUE", payments_queue.as_str()),
+        ("BILLING_BIND", "0"),
+    ]);
+    let mut child = command.spawn().expect("billing runs");
+    let mut stdout = BufReader::new(child.stdout.take().unwrap()).lines();
+    let addr = tokio::time::timeout(WAIT, async {
+        let mut log = String::new();
+        while let Ok(Some(line)) = stdout.next_line().await {
+            if line.contains("serving /metrics") {
+                let addr = line
+                    .split_whitespace()
+                    .find_map(|field| field.strip_prefix("addr="))
+                    .unwrap_or_else(|| panic!("the address is logged: {line}"));
+                return addr.to_owned();
+            }
+            log.push_str(&line);
+            log.push('\n');
+        }
+        panic!("billing ended before it served HTTP:\n{log}");
+    })
+    .await
+    .expect("billing serves HTTP");
+
+    assert_eq!(http_get(&addr, "/health/live").await.0, 200);
+    let report = eventually("billing to be ready", WAIT, || async {
+        let (status, body) = http_get(&addr, "/health/ready").await;
+        (status == 200).then_some(body)
+    })
+    .await;
+    let report: serde_json::Value = serde_json::from_str(&report).unwrap();
+    assert_eq!(report["status"], "Healthy", "{report}");
+    let parts: Vec<&str> = report["parts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        parts.contains(&"broker") && parts.contains(&"database"),
+        "{parts:?}"
+    );
+    assert!(
+        parts.contains(&format!("endpoint:{invoice_queue}").as_str()),
+        "{parts:?}"
+    );
+    let (status, metrics) = http_get(&addr, "/metrics").await;
+    assert_eq!(status, 200);
+    assert!(metrics.contains("target_info"), "{metrics}");
+
+    terminate(&child);
+    let status = tokio::time::timeout(Duration::from_secs(40), child.wait())
+        .await
+        .expect("billing exits")
+        .expect("exit status");
+    assert!(status.success(), "exit {status}");
+    let db = Database::connect(database_url()).await.expect("database");
+    for schema in [&billing_schema, &messaging_schema] {
+        let _ = db
+            .execute_unprepared(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+            .await;
+    }
+    probe.cleanup().await;
 }

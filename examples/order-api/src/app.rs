@@ -12,6 +12,8 @@ use tokio::task::JoinHandle;
 
 use crate::config::Config;
 use crate::orders::{create_schema, router, AppState};
+use crate::tracing_layer::trace_requests;
+use ferrybus_telemetry::{BacklogThreshold, Health, Telemetry};
 
 /// The running order API.
 #[derive(Debug)]
@@ -24,8 +26,17 @@ pub struct OrderApi {
 
 impl OrderApi {
     /// Creates the tables, starts the bus in the background (RabbitMQ may be down: it connects
-    /// when it can) with its outbox delivery, and the HTTP server on `config.addr`.
+    /// when it can) with its outbox delivery, and the HTTP server on `config.addr`, with
+    /// `/health/live` and `/health/ready` (no `/metrics`: see [`start_with`](Self::start_with)).
     pub async fn start(config: &Config) -> Result<Self, BoxError> {
+        Self::start_with(config, None).await
+    }
+
+    /// As [`start`](Self::start), also serving `telemetry`'s `/metrics`.
+    pub async fn start_with(
+        config: &Config,
+        telemetry: Option<&Telemetry>,
+    ) -> Result<Self, BoxError> {
         let mut options = ConnectOptions::new(config.database_url.as_str());
         options
             .max_connections(10)
@@ -61,7 +72,16 @@ impl OrderApi {
             schema: config.orders_schema.clone(),
         };
         let (shutdown, signal) = oneshot::channel::<()>();
-        let serve = axum::serve(listener, router(state)).with_graceful_shutdown(async {
+        let health = Health::new()
+            .rabbitmq(&bus)
+            .postgres(&storage, BacklogThreshold::default());
+        let mut app = router(state)
+            .layer(axum::middleware::from_fn(trace_requests))
+            .merge(ferrybus_telemetry::health_router(health));
+        if let Some(telemetry) = telemetry {
+            app = app.merge(ferrybus_telemetry::metrics_router(telemetry));
+        }
+        let serve = axum::serve(listener, app).with_graceful_shutdown(async {
             let _ = signal.await;
         });
         let server = tokio::spawn(async move { serve.await });

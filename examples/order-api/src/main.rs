@@ -4,16 +4,30 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use example_order_api::{Config, OrderApi};
+use ferrybus_telemetry::{Telemetry, TelemetryConfig};
+use tracing_subscriber::layer::SubscriberExt as _;
+use tracing_subscriber::util::SubscriberInitExt as _;
 use tracing_subscriber::EnvFilter;
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
+    // Traces and metrics over OTLP when OTEL_* is set; /metrics always (docs/operations.md).
+    let telemetry = TelemetryConfig::from_env("order-api").and_then(Telemetry::init);
+    let layer = telemetry.as_ref().ok().and_then(Telemetry::tracing_layer);
+    tracing_subscriber::registry()
+        .with(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn")),
         )
-        .with_ansi(std::io::stdout().is_terminal())
+        .with(tracing_subscriber::fmt::layer().with_ansi(std::io::stdout().is_terminal()))
+        .with(layer)
         .init();
+    let telemetry = match telemetry {
+        Ok(telemetry) => telemetry,
+        Err(error) => {
+            tracing::error!(%error, "bad telemetry configuration");
+            return ExitCode::FAILURE;
+        }
+    };
     let config = match Config::from_env() {
         Ok(config) => config,
         Err(error) => {
@@ -21,7 +35,7 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let api = match OrderApi::start(&config).await {
+    let api = match OrderApi::start_with(&config, Some(&telemetry)).await {
         Ok(api) => api,
         Err(error) => {
             tracing::error!(%error, "the order API could not start");
@@ -31,6 +45,7 @@ async fn main() -> ExitCode {
     shutdown_signal().await;
     tracing::info!("shutting down");
     api.stop().await;
+    telemetry.shutdown();
     ExitCode::SUCCESS
 }
 

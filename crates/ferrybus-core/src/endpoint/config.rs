@@ -19,6 +19,7 @@ use crate::consumer::Consumer;
 use crate::endpoint::service::{EndpointService, Registration};
 use crate::endpoint::{Delivery, Endpoint, QueueOptions, QueueType, Settlement};
 use crate::error::ConsumeError;
+use crate::instrument::ConsumeInstrumentLayer;
 use crate::message::{Message, MessageType};
 use crate::outgoing::MessageFactory;
 use crate::publish::SharedSink;
@@ -435,7 +436,7 @@ impl EndpointConfig {
             context.cancellation,
         );
         if self.layers.is_empty() {
-            return Endpoint::bare(endpoint, control);
+            return Endpoint::bare(endpoint, context.input_address, control);
         }
         let layered = self
             .layers
@@ -491,13 +492,15 @@ impl EndpointConfig {
         self.max_body_size
     }
 
-    /// retry ─▶ transient guard ─▶ inbox ─▶ consumer layers (first added outermost) ─▶ consumer.
+    /// retry ─▶ transient guard ─▶ inbox ─▶ consumer layers (first added outermost) ─▶
+    /// process span and consume instruments ([`ConsumeInstrumentLayer`]) ─▶ consumer.
     fn compose(
         &self,
         consumer: BoxConsumeService,
         inbox: Option<&BoxConsumeLayer>,
         guard: Option<&TransientGuardLayer>,
     ) -> BoxConsumeService {
+        let consumer = ConsumeInstrumentLayer.layer(consumer);
         let layered = self
             .consumer_layers
             .iter()

@@ -16,6 +16,7 @@ use crate::endpoint::service::EndpointService;
 use crate::endpoint::{BoxEndpointService, Delivery, Faulted, Settlement};
 use crate::error::ConsumeError;
 use crate::fault::{fault_headers, ExceptionInfo};
+use crate::instrument::Receive;
 use crate::resilience::EndpointControl;
 
 /// A built receive endpoint: `Service<Delivery, Response = Settlement, Error = Infallible>`, what
@@ -26,6 +27,7 @@ use crate::resilience::EndpointControl;
 #[derive(Clone)]
 pub struct Endpoint {
     stack: Stack,
+    input_address: Arc<str>,
     control: EndpointControl,
 }
 
@@ -34,16 +36,18 @@ enum Stack {
     /// No endpoint layers: the endpoint service itself (one allocation per delivery).
     Bare(EndpointService),
     /// The endpoint service inside the endpoint's layers.
-    Layered {
-        service: BoxEndpointService,
-        input_address: Arc<str>,
-    },
+    Layered(BoxEndpointService),
 }
 
 impl Endpoint {
-    pub(crate) fn bare(service: EndpointService, control: EndpointControl) -> Self {
+    pub(crate) fn bare(
+        service: EndpointService,
+        input_address: String,
+        control: EndpointControl,
+    ) -> Self {
         Self {
             stack: Stack::Bare(service),
+            input_address: input_address.into(),
             control,
         }
     }
@@ -54,10 +58,8 @@ impl Endpoint {
         control: EndpointControl,
     ) -> Self {
         Self {
-            stack: Stack::Layered {
-                service,
-                input_address: input_address.into(),
-            },
+            stack: Stack::Layered(service),
+            input_address: input_address.into(),
             control,
         }
     }
@@ -72,7 +74,7 @@ impl Endpoint {
 
 impl std::fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let layered = matches!(self.stack, Stack::Layered { .. });
+        let layered = matches!(self.stack, Stack::Layered(_));
         f.debug_struct("Endpoint")
             .field("layered", &layered)
             .field("state", &self.control.state())
@@ -90,16 +92,16 @@ impl Service<Delivery> for Endpoint {
     }
 
     fn call(&mut self, mut delivery: Delivery) -> Self::Future {
+        // The receive span and instruments see every delivery and its settlement
+        // (`crate::instrument`).
+        let receive = Receive::start(&self.input_address, &delivery);
         match &mut self.stack {
-            Stack::Bare(service) => service.call_guarded(delivery),
-            Stack::Layered {
-                service,
-                input_address,
-            } => {
+            Stack::Bare(service) => Box::pin(receive.run(service.call_guarded(delivery))),
+            Stack::Layered(service) => {
                 delivery.extensions.insert(self.control.clone());
                 let service = service.clone();
-                let input_address = input_address.clone();
-                Box::pin(async move {
+                let input_address = self.input_address.clone();
+                Box::pin(receive.run(async move {
                     let settled = AssertUnwindSafe(service.oneshot(delivery))
                         .catch_unwind()
                         .await;
@@ -108,7 +110,7 @@ impl Service<Delivery> for Endpoint {
                         Ok(Err(never)) => match never {},
                         Err(payload) => panicked(&*payload, &input_address),
                     })
-                })
+                }))
             }
         }
     }

@@ -82,11 +82,19 @@ where
         Err(error) => return Err(rollback(txn, error).await),
     };
     match claim {
-        Claim::Run { inserted } => consume(&shared, inner, request, key, inserted, txn).await,
+        Claim::Run { inserted } => {
+            ferrybus_core::instrument::record_inbox_decision("run");
+            consume(&shared, inner, request, key, inserted, txn).await
+        }
         Claim::Duplicate => duplicate(&request, key, txn).await,
         Claim::Recover { after } => {
             // The consumer does not run again: from its point of view this copy is a duplicate.
             count_duplicate(&request);
+            ferrybus_core::instrument::record_inbox(
+                request.consumer().queue(),
+                request.consumer().name(),
+                false,
+            );
             let sink = request.sink().clone();
             recover(sql, &sink, key, after, txn)
                 .await
@@ -159,6 +167,8 @@ async fn duplicate(
 
 pub(super) fn count_duplicate(request: &ConsumeRequest) {
     let consumer = request.consumer().name().to_owned();
+    ferrybus_core::instrument::record_inbox(request.consumer().queue(), &consumer, true);
+    ferrybus_core::instrument::record_inbox_decision("duplicate");
     metrics::counter!(INBOX_DUPLICATES_TOTAL, "consumer" => consumer).increment(1);
 }
 
@@ -307,6 +317,7 @@ async fn recover(
         "message already consumed; delivering its remaining outbox messages"
     );
     metrics::counter!(INBOX_RECOVERED_TOTAL).increment(1);
+    ferrybus_core::instrument::record_inbox_decision("recover");
     let result = consumer_outbox::deliver(&txn, sql, sink, key, rows, false, "consumer").await;
     txn.commit().await?;
     result.map(drop)

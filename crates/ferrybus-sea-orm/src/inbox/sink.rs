@@ -30,6 +30,10 @@ impl MessageSink for CaptureSink {
     async fn deliver(&self, message: OutgoingMessage) -> Result<(), PublishError> {
         match self.0.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
             Some(buffer) => {
+                ferrybus_core::instrument::record_outbox_send(
+                    &message.destination_address,
+                    message.message_type.first().map_or("", String::as_str),
+                );
                 buffer.push(message);
                 Ok(())
             }

@@ -92,6 +92,10 @@ impl BusOutbox {
                 "the outbox insert returned no row",
             )
         })?;
+        ferrybus_core::instrument::record_outbox_send(
+            &message.destination_address,
+            message.message_type.first().map_or("", String::as_str),
+        );
         Ok(WrittenOutbox::from_query_result(&row, "")?.outbox_id)
     }
 }
