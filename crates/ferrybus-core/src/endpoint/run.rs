@@ -16,7 +16,7 @@ use crate::endpoint::service::EndpointService;
 use crate::endpoint::{BoxEndpointService, Delivery, Faulted, Settlement};
 use crate::error::ConsumeError;
 use crate::fault::{fault_headers, ExceptionInfo};
-use crate::instrument::Receive;
+use crate::instrument::{EndpointLabels, Receive};
 use crate::resilience::EndpointControl;
 
 /// A built receive endpoint: `Service<Delivery, Response = Settlement, Error = Infallible>`, what
@@ -28,6 +28,7 @@ use crate::resilience::EndpointControl;
 pub struct Endpoint {
     stack: Stack,
     input_address: Arc<str>,
+    labels: Arc<EndpointLabels>,
     control: EndpointControl,
 }
 
@@ -47,6 +48,7 @@ impl Endpoint {
     ) -> Self {
         Self {
             stack: Stack::Bare(service),
+            labels: Arc::new(EndpointLabels::new(&input_address)),
             input_address: input_address.into(),
             control,
         }
@@ -59,6 +61,7 @@ impl Endpoint {
     ) -> Self {
         Self {
             stack: Stack::Layered(service),
+            labels: Arc::new(EndpointLabels::new(&input_address)),
             input_address: input_address.into(),
             control,
         }
@@ -94,7 +97,7 @@ impl Service<Delivery> for Endpoint {
     fn call(&mut self, mut delivery: Delivery) -> Self::Future {
         // The receive span and instruments see every delivery and its settlement
         // (`crate::instrument`).
-        let receive = Receive::start(&self.input_address, &delivery);
+        let receive = Receive::start(&self.labels, &delivery);
         match &mut self.stack {
             Stack::Bare(service) => Box::pin(receive.run(service.call_guarded(delivery))),
             Stack::Layered(service) => {

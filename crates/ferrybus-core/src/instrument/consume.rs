@@ -3,12 +3,13 @@
 //! MassTransit: inside retry and the inbox, once per attempt, so a retried attempt counts in
 //! `consume` and in `consume.retries`, and a copy the inbox stopped counts in neither).
 
+use std::sync::{Arc, OnceLock};
 use std::task::{Context as TaskContext, Poll};
 use std::time::Instant;
 
 use futures::future::BoxFuture;
 use opentelemetry::context::FutureExt as _;
-use opentelemetry::trace::{SpanKind, Status, TraceContextExt as _, Tracer as _};
+use opentelemetry::trace::{Span as _, SpanKind, Status, TraceContextExt as _, Tracer as _};
 use opentelemetry::{global, Context, KeyValue};
 use tower::util::BoxCloneSyncService;
 use tower::{Layer, Service, ServiceExt};
@@ -16,7 +17,8 @@ use tower::{Layer, Service, ServiceExt};
 use super::context::{baggage_pairs, ACTIVITY_CORRELATION_CONTEXT_HEADER};
 use super::metrics::{
     endpoint_label, exception_type_label, instruments, message_type_label, service_label,
-    CONSUMER_TYPE_LABEL, ENDPOINT_LABEL, EXCEPTION_TYPE_LABEL, MESSAGE_TYPE_LABEL, SCOPE,
+    shared_string, CONSUMER_TYPE_LABEL, ENDPOINT_LABEL, EXCEPTION_TYPE_LABEL, MESSAGE_TYPE_LABEL,
+    SCOPE,
 };
 use crate::consume::{BoxConsumeService, ConsumeOutcome, ConsumeRequest};
 use crate::error::ConsumeError;
@@ -36,7 +38,10 @@ impl Layer<BoxConsumeService> for ConsumeInstrumentLayer {
     type Service = BoxConsumeService;
 
     fn layer(&self, inner: BoxConsumeService) -> BoxConsumeService {
-        BoxCloneSyncService::new(ConsumeInstrument { inner })
+        BoxCloneSyncService::new(ConsumeInstrument {
+            inner,
+            labels: Arc::default(),
+        })
     }
 }
 
@@ -44,6 +49,40 @@ impl Layer<BoxConsumeService> for ConsumeInstrumentLayer {
 #[derive(Clone)]
 pub struct ConsumeInstrument {
     inner: BoxConsumeService,
+    /// The consumer's labels, computed at its first attempt (a service serves one consumer).
+    labels: Arc<OnceLock<ConsumerLabels>>,
+}
+
+/// What every attempt of one consumer labels its span and instruments with.
+struct ConsumerLabels {
+    /// Taken from the global provider at the consumer's first attempt, not once per attempt.
+    tracer: global::BoxedTracer,
+    metric: [KeyValue; 4],
+    endpoint: opentelemetry::StringValue,
+    consumer: opentelemetry::StringValue,
+}
+
+impl ConsumerLabels {
+    fn of(request: &ConsumeRequest) -> Self {
+        let consumer = request.consumer();
+        let endpoint = shared_string(endpoint_label(&request.received().input_address));
+        let name = shared_string(consumer.name().to_owned());
+        let metric = [
+            service_label(),
+            KeyValue::new(ENDPOINT_LABEL, endpoint.clone()),
+            KeyValue::new(
+                MESSAGE_TYPE_LABEL,
+                shared_string(message_type_label(consumer.message_type().urn())),
+            ),
+            KeyValue::new(CONSUMER_TYPE_LABEL, name.clone()),
+        ];
+        Self {
+            tracer: global::tracer(SCOPE),
+            metric,
+            endpoint,
+            consumer: name,
+        }
+    }
 }
 
 impl std::fmt::Debug for ConsumeInstrument {
@@ -63,19 +102,9 @@ impl Service<ConsumeRequest> for ConsumeInstrument {
 
     fn call(&mut self, request: ConsumeRequest) -> Self::Future {
         let started = Instant::now();
-        let received = request.received();
-        let consumer = request.consumer();
-        let envelope = &received.envelope;
-        let endpoint = endpoint_label(&received.input_address);
-        let labels = [
-            service_label(),
-            KeyValue::new(ENDPOINT_LABEL, endpoint.clone()),
-            KeyValue::new(
-                MESSAGE_TYPE_LABEL,
-                message_type_label(consumer.message_type().urn()),
-            ),
-            KeyValue::new(CONSUMER_TYPE_LABEL, consumer.name().to_owned()),
-        ];
+        let cached = self.labels.get_or_init(|| ConsumerLabels::of(&request));
+        let labels = cached.metric.clone();
+        let envelope = &request.received().envelope;
         let instruments = instruments();
         instruments.consume_total.add(1, &labels);
         instruments.consume_in_progress.add(1, &labels);
@@ -89,44 +118,7 @@ impl Service<ConsumeRequest> for ConsumeInstrument {
                 .record(waited.max(0) as f64 / 1000.0, &labels);
         }
 
-        let tracer = global::tracer(SCOPE);
-        let mut attributes = vec![
-            KeyValue::new("messaging.operation", "process"),
-            KeyValue::new("messaging.destination.name", endpoint.clone()),
-            KeyValue::new(
-                "messaging.masstransit.consumer_type",
-                consumer.name().to_owned(),
-            ),
-            KeyValue::new(
-                "messaging.masstransit.message_types",
-                envelope.message_type.join(","),
-            ),
-            KeyValue::new("ferrybus.retry_attempt", i64::from(request.attempt())),
-        ];
-        let ids = [
-            ("messaging.masstransit.message_id", envelope.message_id),
-            (
-                "messaging.message.conversation_id",
-                envelope.conversation_id,
-            ),
-            (
-                "messaging.masstransit.correlation_id",
-                envelope.correlation_id,
-            ),
-            ("messaging.masstransit.request_id", envelope.request_id),
-            ("messaging.masstransit.initiator_id", envelope.initiator_id),
-        ];
-        for (name, id) in ids {
-            if let Some(id) = id {
-                attributes.push(KeyValue::new(name, id.to_string()));
-            }
-        }
-        if let Some(address) = &envelope.source_address {
-            attributes.push(KeyValue::new(
-                "messaging.masstransit.source_address",
-                address.clone(),
-            ));
-        }
+        let tracer = &cached.tracer;
         // The sender's baggage (`MT-Activity-Correlation-Context`), as MassTransit's
         // `AddConsumeContextTags` sets it, and carried on by what the consumer sends.
         let mut parent = Context::current();
@@ -139,11 +131,15 @@ impl Service<ConsumeRequest> for ConsumeInstrument {
                 parent = parent.with_baggage(baggage);
             }
         }
-        let span = tracer
-            .span_builder(format!("{endpoint} process"))
+        let mut span = tracer
+            .span_builder(format!("{} process", cached.endpoint))
             .with_kind(SpanKind::Consumer)
-            .with_attributes(attributes)
-            .start_with_context(&tracer, &parent);
+            .start_with_context(tracer, &parent);
+        if span.is_recording() {
+            // Attributes only for a span that records them: without an SDK (or unsampled)
+            // building them is all cost.
+            span.set_attributes(process_attributes(cached, &request));
+        }
         let cx = parent.with_span(span);
 
         let mut attempt = Attempt {
@@ -159,6 +155,48 @@ impl Service<ConsumeRequest> for ConsumeInstrument {
             result
         })
     }
+}
+
+fn process_attributes(labels: &ConsumerLabels, request: &ConsumeRequest) -> Vec<KeyValue> {
+    let envelope = &request.received().envelope;
+    let mut attributes = vec![
+        KeyValue::new("messaging.operation", "process"),
+        KeyValue::new("messaging.destination.name", labels.endpoint.clone()),
+        KeyValue::new(
+            "messaging.masstransit.consumer_type",
+            labels.consumer.clone(),
+        ),
+        KeyValue::new(
+            "messaging.masstransit.message_types",
+            envelope.message_type.join(","),
+        ),
+        KeyValue::new("ferrybus.retry_attempt", i64::from(request.attempt())),
+    ];
+    let ids = [
+        ("messaging.masstransit.message_id", envelope.message_id),
+        (
+            "messaging.message.conversation_id",
+            envelope.conversation_id,
+        ),
+        (
+            "messaging.masstransit.correlation_id",
+            envelope.correlation_id,
+        ),
+        ("messaging.masstransit.request_id", envelope.request_id),
+        ("messaging.masstransit.initiator_id", envelope.initiator_id),
+    ];
+    for (name, id) in ids {
+        if let Some(id) = id {
+            attributes.push(KeyValue::new(name, id.to_string()));
+        }
+    }
+    if let Some(address) = &envelope.source_address {
+        attributes.push(KeyValue::new(
+            "messaging.masstransit.source_address",
+            address.clone(),
+        ));
+    }
+    attributes
 }
 
 /// One consumer attempt's span and instruments, ended once: when the attempt returns, or when

@@ -234,14 +234,21 @@ fn short(name: &str) -> &str {
 }
 
 pub(crate) fn service_label() -> KeyValue {
-    static SERVICE: OnceLock<String> = OnceLock::new();
-    let name = SERVICE.get_or_init(|| {
-        HostInfo::current()
-            .process_name
-            .clone()
-            .unwrap_or_else(|| "ferrybus".to_owned())
-    });
-    KeyValue::new(SERVICE_LABEL, name.clone())
+    static SERVICE: OnceLock<KeyValue> = OnceLock::new();
+    SERVICE
+        .get_or_init(|| {
+            let name = HostInfo::current()
+                .process_name
+                .clone()
+                .unwrap_or_else(|| "ferrybus".to_owned());
+            KeyValue::new(SERVICE_LABEL, shared_string(name))
+        })
+        .clone()
+}
+
+/// A label value that clones without allocating.
+pub(crate) fn shared_string(text: String) -> opentelemetry::StringValue {
+    opentelemetry::StringValue::from(std::sync::Arc::<str>::from(text))
 }
 
 /// Counts one message written to an outbox table (MassTransit's `outbox.send`), labelled by its

@@ -31,7 +31,7 @@ use std::future::Future;
 use std::time::Instant;
 
 use opentelemetry::context::FutureExt as _;
-use opentelemetry::trace::{Link, SpanKind, Status, TraceContextExt as _, Tracer as _};
+use opentelemetry::trace::{Link, Span as _, SpanKind, Status, TraceContextExt as _, Tracer as _};
 use opentelemetry::{global, Context, KeyValue};
 
 pub use consume::{ConsumeInstrument, ConsumeInstrumentLayer};
@@ -61,6 +61,60 @@ fn system_of(address: &str) -> String {
         .to_owned()
 }
 
+/// What every delivery of one endpoint labels its span and instruments with, computed once when
+/// the endpoint is built.
+impl std::fmt::Debug for EndpointLabels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EndpointLabels")
+            .field("endpoint", &self.endpoint)
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) struct EndpointLabels {
+    /// The tracer, taken from the global provider when the endpoint is built (after
+    /// `Telemetry::init`, as the instruments are), not once per delivery.
+    tracer: global::BoxedTracer,
+    endpoint: opentelemetry::StringValue,
+    system: opentelemetry::StringValue,
+    input_address: opentelemetry::StringValue,
+}
+
+impl EndpointLabels {
+    /// The labels of the endpoint at `input_address`.
+    pub(crate) fn new(input_address: &str) -> Self {
+        Self {
+            tracer: global::tracer(SCOPE),
+            endpoint: shared_string(endpoint_label(input_address)),
+            system: shared_string(system_of(input_address)),
+            input_address: shared_string(input_address.to_owned()),
+        }
+    }
+}
+
+fn receive_attributes(labels: &EndpointLabels, delivery: &Delivery) -> Vec<KeyValue> {
+    let mut attributes = vec![
+        KeyValue::new("messaging.system", labels.system.clone()),
+        KeyValue::new("messaging.operation", "receive"),
+        KeyValue::new("messaging.destination.name", labels.endpoint.clone()),
+        KeyValue::new(
+            "messaging.masstransit.input_address",
+            labels.input_address.clone(),
+        ),
+        KeyValue::new("messaging.message.body.size", delivery.body.len() as i64),
+    ];
+    if let Some(id) = &delivery.message_id {
+        attributes.push(KeyValue::new("messaging.message.id", id.clone()));
+    }
+    if !delivery.routing_key.is_empty() {
+        attributes.push(KeyValue::new(
+            "messaging.rabbitmq.destination.routing_key",
+            delivery.routing_key.clone(),
+        ));
+    }
+    attributes
+}
+
 /// The receive span and instruments of one delivery, started before the endpoint runs.
 pub(crate) struct Receive {
     cx: Context,
@@ -72,32 +126,11 @@ pub(crate) struct Receive {
 impl Receive {
     /// Starts the `<endpoint> receive` span (child of the delivery's `MT-Activity-Id`) and
     /// counts the delivery.
-    pub(crate) fn start(input_address: &str, delivery: &Delivery) -> Self {
-        let endpoint = endpoint_label(input_address);
-        let tracer = global::tracer(SCOPE);
-        let mut attributes = vec![
-            KeyValue::new("messaging.system", system_of(input_address)),
-            KeyValue::new("messaging.operation", "receive"),
-            KeyValue::new("messaging.destination.name", endpoint.clone()),
-            KeyValue::new(
-                "messaging.masstransit.input_address",
-                input_address.to_owned(),
-            ),
-            KeyValue::new("messaging.message.body.size", delivery.body.len() as i64),
-        ];
-        if let Some(id) = &delivery.message_id {
-            attributes.push(KeyValue::new("messaging.message.id", id.clone()));
-        }
-        if !delivery.routing_key.is_empty() {
-            attributes.push(KeyValue::new(
-                "messaging.rabbitmq.destination.routing_key",
-                delivery.routing_key.clone(),
-            ));
-        }
+    pub(crate) fn start(labels: &EndpointLabels, delivery: &Delivery) -> Self {
+        let tracer = &labels.tracer;
         let mut builder = tracer
-            .span_builder(format!("{endpoint} receive"))
-            .with_kind(SpanKind::Consumer)
-            .with_attributes(attributes);
+            .span_builder(format!("{} receive", labels.endpoint))
+            .with_kind(SpanKind::Consumer);
         let current = Context::current();
         let parent = match (
             remote_parent(&delivery.headers),
@@ -111,9 +144,17 @@ impl Receive {
             (Some(_), Propagation::New) => Context::new(),
             (None, _) => current,
         };
-        let span = builder.start_with_context(&tracer, &parent);
+        let mut span = builder.start_with_context(tracer, &parent);
+        if span.is_recording() {
+            // Attributes only for a span that records them: without an SDK (or unsampled)
+            // building them is all cost.
+            span.set_attributes(receive_attributes(labels, delivery));
+        }
         let cx = parent.with_span(span);
-        let labels = [service_label(), KeyValue::new(ENDPOINT_LABEL, endpoint)];
+        let labels = [
+            service_label(),
+            KeyValue::new(ENDPOINT_LABEL, labels.endpoint.clone()),
+        ];
         let instruments = metrics::instruments();
         instruments.receive_total.add(1, &labels);
         instruments.receive_in_progress.add(1, &labels);
@@ -214,6 +255,36 @@ pub(crate) fn current_activity_id() -> Option<String> {
         .then(|| format_traceparent(span_context))
 }
 
+fn send_attributes(message: &OutgoingMessage, destination: &str, system: &str) -> Vec<KeyValue> {
+    let mut attributes = vec![
+        KeyValue::new("messaging.system", system.to_owned()),
+        KeyValue::new("messaging.operation", "send"),
+        KeyValue::new("messaging.destination.name", destination.to_owned()),
+        KeyValue::new(
+            "messaging.masstransit.message_id",
+            message.message_id.to_string(),
+        ),
+        KeyValue::new("messaging.message.body.size", message.body.len() as i64),
+        KeyValue::new(
+            "messaging.masstransit.message_types",
+            message.message_type.join(","),
+        ),
+    ];
+    if let Some(id) = message.conversation_id {
+        attributes.push(KeyValue::new(
+            "messaging.message.conversation_id",
+            id.to_string(),
+        ));
+    }
+    if let Some(id) = message.correlation_id {
+        attributes.push(KeyValue::new(
+            "messaging.masstransit.correlation_id",
+            id.to_string(),
+        ));
+    }
+    attributes
+}
+
 /// The `<destination> send` span and instruments of one message a transport puts on the broker.
 ///
 /// ```
@@ -252,37 +323,13 @@ impl SendInstrument {
             .first()
             .map(|urn| message_type_label(urn))
             .unwrap_or_default();
-        let mut attributes = vec![
-            KeyValue::new("messaging.system", system.to_owned()),
-            KeyValue::new("messaging.operation", "send"),
-            KeyValue::new("messaging.destination.name", destination.to_owned()),
-            KeyValue::new(
-                "messaging.masstransit.message_id",
-                message.message_id.to_string(),
-            ),
-            KeyValue::new("messaging.message.body.size", message.body.len() as i64),
-            KeyValue::new(
-                "messaging.masstransit.message_types",
-                message.message_type.join(","),
-            ),
-        ];
-        if let Some(id) = message.conversation_id {
-            attributes.push(KeyValue::new(
-                "messaging.message.conversation_id",
-                id.to_string(),
-            ));
-        }
-        if let Some(id) = message.correlation_id {
-            attributes.push(KeyValue::new(
-                "messaging.masstransit.correlation_id",
-                id.to_string(),
-            ));
-        }
-        let span = tracer
+        let mut span = tracer
             .span_builder(format!("{label} send"))
             .with_kind(SpanKind::Producer)
-            .with_attributes(attributes)
             .start_with_context(&tracer, &parent);
+        if span.is_recording() {
+            span.set_attributes(send_attributes(message, destination, system));
+        }
         let cx = parent.with_span(span);
         let labels = [
             service_label(),
