@@ -680,45 +680,7 @@ pub(crate) fn replay_properties(p: &BasicProperties) -> BasicProperties {
             }
         }
     }
-    let mut out = BasicProperties::default().with_headers(headers);
-    let copy = |v: &Option<lapin::types::ShortString>| v.clone();
-    if let Some(v) = copy(p.content_type()) {
-        out = out.with_content_type(v);
-    }
-    if let Some(v) = copy(p.content_encoding()) {
-        out = out.with_content_encoding(v);
-    }
-    if let Some(v) = *p.delivery_mode() {
-        out = out.with_delivery_mode(v);
-    }
-    if let Some(v) = *p.priority() {
-        out = out.with_priority(v);
-    }
-    if let Some(v) = copy(p.correlation_id()) {
-        out = out.with_correlation_id(v);
-    }
-    if let Some(v) = copy(p.reply_to()) {
-        out = out.with_reply_to(v);
-    }
-    if let Some(v) = copy(p.expiration()) {
-        out = out.with_expiration(v);
-    }
-    if let Some(v) = copy(p.message_id()) {
-        out = out.with_message_id(v);
-    }
-    if let Some(v) = *p.timestamp() {
-        out = out.with_timestamp(v);
-    }
-    if let Some(v) = copy(p.kind()) {
-        out = out.with_type(v);
-    }
-    if let Some(v) = copy(p.app_id()) {
-        out = out.with_app_id(v);
-    }
-    if let Some(v) = copy(p.cluster_id()) {
-        out = out.with_cluster_id(v);
-    }
-    out
+    ferrybus_rabbitmq::republish_properties(p, headers, true)
 }
 
 /// Publishes replayed copies with confirms, checking each destination queue exists once.

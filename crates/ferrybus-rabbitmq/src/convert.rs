@@ -148,6 +148,68 @@ pub(crate) fn outgoing_properties(message: &OutgoingMessage) -> BasicProperties 
     properties
 }
 
+/// The properties for publishing a copy of a received message again (a move to `_error` or
+/// `_skipped`, a redelivery, an operator's replay): every property of `original` with `headers`
+/// instead of its headers, `expiration` only when `keep_expiration`, and no `user_id` (the
+/// broker refuses a `user_id` other than the publishing connection's user).
+///
+/// ```
+/// use lapin::{types::FieldTable, BasicProperties};
+/// let original = BasicProperties::default()
+///     .with_message_id("m-1".into())
+///     .with_expiration("5000".into())
+///     .with_user_id("someone".into());
+/// let copy = ferrybus_rabbitmq::republish_properties(&original, FieldTable::default(), false);
+/// assert_eq!(copy.message_id().as_ref().map(|m| m.as_str()), Some("m-1"));
+/// assert!(copy.expiration().is_none() && copy.user_id().is_none());
+/// ```
+pub fn republish_properties(
+    original: &BasicProperties,
+    headers: FieldTable,
+    keep_expiration: bool,
+) -> BasicProperties {
+    let p = original;
+    let mut out = BasicProperties::default().with_headers(headers);
+    let copy = |value: &Option<ShortString>| value.clone();
+    if let Some(v) = copy(p.content_type()) {
+        out = out.with_content_type(v);
+    }
+    if let Some(v) = copy(p.content_encoding()) {
+        out = out.with_content_encoding(v);
+    }
+    if let Some(v) = *p.delivery_mode() {
+        out = out.with_delivery_mode(v);
+    }
+    if let Some(v) = *p.priority() {
+        out = out.with_priority(v);
+    }
+    if let Some(v) = copy(p.correlation_id()) {
+        out = out.with_correlation_id(v);
+    }
+    if let Some(v) = copy(p.reply_to()) {
+        out = out.with_reply_to(v);
+    }
+    if let Some(v) = copy(p.expiration()).filter(|_| keep_expiration) {
+        out = out.with_expiration(v);
+    }
+    if let Some(v) = copy(p.message_id()) {
+        out = out.with_message_id(v);
+    }
+    if let Some(v) = *p.timestamp() {
+        out = out.with_timestamp(v);
+    }
+    if let Some(v) = copy(p.kind()) {
+        out = out.with_type(v);
+    }
+    if let Some(v) = copy(p.app_id()) {
+        out = out.with_app_id(v);
+    }
+    if let Some(v) = copy(p.cluster_id()) {
+        out = out.with_cluster_id(v);
+    }
+    out
+}
+
 /// Reads a lapin delivery (whose body was taken out as `body`) into the core's
 /// transport-independent shape.
 pub(crate) fn inbound(delivery: &lapin::message::Delivery, body: Bytes) -> Delivery {

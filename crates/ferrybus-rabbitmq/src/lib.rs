@@ -84,6 +84,7 @@ mod settle;
 mod topology;
 
 pub use bus::{RabbitMqBus, RabbitMqBusBuilder};
+pub use convert::republish_properties;
 pub use delay::DelayMode;
 pub use error::{ErrorKind, RabbitMqError, Result};
 pub use event::Event;

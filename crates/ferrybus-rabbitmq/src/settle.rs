@@ -175,45 +175,7 @@ async fn move_to(
 fn copy_properties(p: &BasicProperties, keep_expiration: bool, extra: &Headers) -> BasicProperties {
     let mut headers = p.headers().clone().unwrap_or_default();
     merge_headers(&mut headers, extra);
-    let mut out = BasicProperties::default().with_headers(headers);
-    let copy = |value: &Option<lapin::types::ShortString>| value.clone();
-    if let Some(v) = copy(p.content_type()) {
-        out = out.with_content_type(v);
-    }
-    if let Some(v) = copy(p.content_encoding()) {
-        out = out.with_content_encoding(v);
-    }
-    if let Some(v) = *p.delivery_mode() {
-        out = out.with_delivery_mode(v);
-    }
-    if let Some(v) = *p.priority() {
-        out = out.with_priority(v);
-    }
-    if let Some(v) = copy(p.correlation_id()) {
-        out = out.with_correlation_id(v);
-    }
-    if let Some(v) = copy(p.reply_to()) {
-        out = out.with_reply_to(v);
-    }
-    if let Some(v) = copy(p.expiration()).filter(|_| keep_expiration) {
-        out = out.with_expiration(v);
-    }
-    if let Some(v) = copy(p.message_id()) {
-        out = out.with_message_id(v);
-    }
-    if let Some(v) = *p.timestamp() {
-        out = out.with_timestamp(v);
-    }
-    if let Some(v) = copy(p.kind()) {
-        out = out.with_type(v);
-    }
-    if let Some(v) = copy(p.app_id()) {
-        out = out.with_app_id(v);
-    }
-    if let Some(v) = copy(p.cluster_id()) {
-        out = out.with_cluster_id(v);
-    }
-    out
+    crate::republish_properties(p, headers, keep_expiration)
 }
 
 /// Acks on the delivery's own channel; `false` if that channel is gone.

@@ -150,6 +150,8 @@ const STRIKE_BOOK_SIZE: usize = 1024;
 pub(crate) struct Strikes {
     limit: u32,
     successes: std::sync::atomic::AtomicU64,
+    /// How many messages the book holds (read without the lock).
+    struck: std::sync::atomic::AtomicUsize,
     book: std::sync::Mutex<std::collections::HashMap<uuid::Uuid, Strike>>,
 }
 
@@ -165,15 +167,19 @@ impl Strikes {
         Self {
             limit: limit.max(1),
             successes: std::sync::atomic::AtomicU64::new(0),
+            struck: std::sync::atomic::AtomicUsize::new(0),
             book: std::sync::Mutex::new(std::collections::HashMap::new()),
         }
     }
 
     fn succeeded(&self, message: Option<uuid::Uuid>) {
-        self.successes
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if let Some(id) = message {
-            self.lock().remove(&id);
+        use std::sync::atomic::Ordering::Relaxed;
+        self.successes.fetch_add(1, Relaxed);
+        // The hot path: no lock while no message has a strike.
+        if let Some(id) = message.filter(|_| self.struck.load(Relaxed) > 0) {
+            let mut book = self.lock();
+            book.remove(&id);
+            self.struck.store(book.len(), Relaxed);
         }
     }
 
@@ -193,7 +199,10 @@ impl Strikes {
             strike.count += 1;
         }
         strike.successes_seen = successes;
-        strike.count > self.limit
+        let used_up = strike.count > self.limit;
+        self.struck
+            .store(book.len(), std::sync::atomic::Ordering::Relaxed);
+        used_up
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<uuid::Uuid, Strike>> {
