@@ -24,12 +24,18 @@ pub fn retry_policy() -> RetryPolicy {
 
 /// Opens billing's connection pool (sized for the endpoints' concurrency, the outbox delivery
 /// workers, its listener and the inbox cleanup).
+///
+/// The pool does not ping a connection before lending it (`test_before_acquire(false)`): the
+/// ping is one more round trip per transaction, and a connection the server closed fails its
+/// first statement anyway, which the endpoint retries on a fresh connection (sqlx drops a
+/// connection whose socket failed).
 pub async fn connect(config: &Config) -> Result<DatabaseConnection, DbErr> {
     let mut options = ConnectOptions::new(config.database_url.as_str());
     let size = u32::try_from(2 * config.concurrency + 6).unwrap_or(32);
     options
         .max_connections(size)
         .min_connections(0)
+        .test_before_acquire(false)
         .sqlx_logging(false);
     Database::connect(options).await
 }
