@@ -36,18 +36,19 @@ pub(crate) async fn lock(
         .transpose()?)
 }
 
-/// Inserts the consumer's messages (one multi-row INSERT per 4 000 messages) and, in the same
-/// statement, marks the inbox row consumed and not delivered; returns their sequence numbers in
-/// order.
+/// Inserts the consumer's messages (one multi-row INSERT per 4 000 messages) and, with
+/// `mark_pending`, in the same statement marks the inbox row consumed and not delivered (not
+/// needed when the row was inserted that way); returns their sequence numbers in order.
 pub(crate) async fn insert(
     db: &impl ConnectionTrait,
     sql: &Sql,
     key: InboxKey,
     messages: &[OutgoingMessage],
+    mark_pending: bool,
 ) -> Result<Vec<i64>, StoreError> {
     let mut seqs = Vec::with_capacity(messages.len());
     for (i, chunk) in messages.chunks(MAX_ROWS_PER_INSERT).enumerate() {
-        let pending_at = (i == 0).then(Utc::now);
+        let pending_at = (i == 0 && mark_pending).then(Utc::now);
         let rows = db
             .query_all(sql.insert_inbox_messages(key, chunk, pending_at)?)
             .await?;

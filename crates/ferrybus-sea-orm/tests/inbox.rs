@@ -406,8 +406,86 @@ async fn business_unique_violation_is_an_error(shape: Shape) {
     harness.stop().await;
 }
 
+/// The inbox row is inserted "delivered" or "not delivered" by a guess from the last delivery
+/// (did it publish?); every combination of guess and outcome must leave the row right. A
+/// consumer that publishes for some orders only, one delivery at a time: publish, nothing,
+/// nothing, publish, publish (its first send fails after commit: the retry must find the row
+/// consumed and not delivered, and only send), nothing.
+async fn the_inbox_row_follows_what_each_delivery_published(shape: Shape) {
+    let tdb = TestDb::new(shape).await;
+    let failures = Arc::new(AtomicUsize::new(0));
+    let storage = FlakyTransport {
+        storage: storage(&tdb).await,
+        failures: failures.clone(),
+    };
+    let publishing: Arc<std::sync::Mutex<Vec<Uuid>>> = Arc::default();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let (p, r) = (publishing.clone(), runs.clone());
+    let harness = harness(storage, move |e| {
+        e.concurrency(1)
+            .retry(RetryPolicy::immediate(2))
+            .inbox()
+            .consumer(consumer_fn(
+                "SometimesPublishes",
+                move |ctx: ConsumeContext<OrderPlaced>| {
+                    let (publishing, runs) = (p.clone(), r.clone());
+                    async move {
+                        runs.fetch_add(1, Ordering::SeqCst);
+                        let order_id = ctx.message().order_id;
+                        if publishing.lock().unwrap().contains(&order_id) {
+                            ctx.publish(&InvoiceCreated { order_id, seq: 1 }).await?;
+                        }
+                        Ok(())
+                    }
+                },
+            ))
+    })
+    .await;
+    let pattern = [true, false, false, true, true, false];
+    for (i, publishes) in pattern.into_iter().enumerate() {
+        let order_id = Uuid::new_v4();
+        if publishes {
+            publishing.lock().unwrap().push(order_id);
+        }
+        let fails = i == 4;
+        if fails {
+            failures.store(1, Ordering::SeqCst);
+        }
+        let id = harness.publish(&OrderPlaced { order_id }).await.unwrap();
+        harness.consumed(id).await.unwrap();
+        let expected = if fails {
+            vec![SettlementKind::Duplicate]
+        } else {
+            vec![SettlementKind::Ack]
+        };
+        assert_eq!(settlements(&harness, id), expected, "delivery {i}");
+        let (consumed, delivered, _) = tdb.inbox_row(id).await.expect("an inbox row");
+        assert!(
+            consumed && delivered,
+            "delivery {i}: consumed and delivered"
+        );
+        assert_eq!(
+            tdb.rows("message").await,
+            0,
+            "delivery {i}: rows sent and deleted"
+        );
+        assert_eq!(
+            sent(&harness, order_id),
+            if publishes { vec![1] } else { vec![] },
+            "delivery {i}"
+        );
+    }
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        pattern.len(),
+        "each consumer ran once"
+    );
+    harness.stop().await;
+}
+
 ferrybus_testing::on_every_shape!(
     consumes_once_and_acks_duplicates,
+    the_inbox_row_follows_what_each_delivery_published,
     concurrent_copies_run_once,
     two_instances_run_once,
     failure_rolls_back_everything,

@@ -50,6 +50,7 @@ impl BatchInboxLayer {
                 config,
                 begin: Begin::new(),
                 handoff,
+                publishes: std::sync::atomic::AtomicBool::new(false),
             }),
         }
     }
@@ -127,7 +128,7 @@ async fn handle(
     order.sort_by_key(|&i| keys[i].message_id);
     let mut claims = vec![Claim::Duplicate; keys.len()];
     for i in order {
-        match timed(STAGE, "claim", claim(&txn, sql, keys[i])).await {
+        match timed(STAGE, "claim", claim(&txn, sql, keys[i], false)).await {
             Ok(claimed) => claims[i] = claimed,
             Err(error) => return Err(rollback(txn, error).await),
         }
@@ -161,7 +162,7 @@ async fn handle(
         .iter()
         .zip(&claims)
         .filter_map(|(key, claim)| match claim {
-            Claim::Run { inserted } => Some((*key, *inserted)),
+            Claim::Run { row } => Some((*key, row.inserted())),
             _ => None,
         })
         .collect();
@@ -253,5 +254,5 @@ async fn write(
     if messages.is_empty() {
         return Ok(Vec::new());
     }
-    consumer_outbox::insert(txn, sql, last, messages).await
+    consumer_outbox::insert(txn, sql, last, messages, true).await
 }

@@ -1,5 +1,6 @@
 //! The per-delivery algorithm of the inbox (see the module docs for the diagram).
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use chrono::Utc;
@@ -23,10 +24,8 @@ use crate::telemetry::{
 /// What the inbox row says to do with this delivery.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Claim {
-    /// Not consumed yet: run the consumer. `inserted`: this transaction wrote the row, already
-    /// marked consumed and delivered (see `Sql::inbox_insert`); otherwise it is an older row with
-    /// `Consumed` NULL (written by .NET or an earlier ferrybus) that still has to be marked.
-    Run { inserted: bool },
+    /// Not consumed yet: run the consumer; `row` says how the row stands.
+    Run { row: RunRow },
     /// Consumed, not delivered: send what is left from `after` on, then finish.
     Recover { after: Option<i64> },
     /// Consumed and delivered: a duplicate.
@@ -77,14 +76,16 @@ where
     let txn = timed(STAGE, "begin", shared.begin.read_committed(&shared.db))
         .await
         .map_err(StoreError::into_consume_error)?;
-    let claim = match timed(STAGE, "claim", claim(&txn, sql, key)).await {
+    // Guess from the last delivery whether this one publishes (see `RunRow`).
+    let pending = shared.publishes.load(Ordering::Relaxed);
+    let claim = match timed(STAGE, "claim", claim(&txn, sql, key, pending)).await {
         Ok(claim) => claim,
         Err(error) => return Err(rollback(txn, error).await),
     };
     match claim {
-        Claim::Run { inserted } => {
+        Claim::Run { row } => {
             ferrybus_core::instrument::record_inbox_decision("run");
-            consume(&shared, inner, request, key, inserted, txn).await
+            consume(&shared, inner, request, key, row, txn).await
         }
         Claim::Duplicate => duplicate(&request, key, txn).await,
         Claim::Recover { after } => {
@@ -111,27 +112,57 @@ pub(super) async fn rollback(txn: DatabaseTransaction, error: StoreError) -> Con
     error.into_consume_error()
 }
 
+/// The inbox row of a delivery the consumer runs for, as the claim left it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum RunRow {
+    /// Inserted by this transaction, consumed and delivered: right for a consumer that sends
+    /// nothing.
+    Delivered,
+    /// Inserted by this transaction, consumed and not delivered: right for a consumer that
+    /// publishes (its messages are then written with no update of the row).
+    Pending,
+    /// An older row with `Consumed` NULL (written by .NET or an earlier ferrybus), still to be
+    /// marked.
+    Unconsumed,
+}
+
+impl RunRow {
+    /// Whether this transaction inserted the row.
+    pub(super) fn inserted(self) -> bool {
+        self != RunRow::Unconsumed
+    }
+}
+
 /// Inserts the inbox row, or locks the existing one (a concurrent first copy makes this wait
 /// on the unique index until it commits or rolls back).
+/// A new row is inserted not delivered when `pending` (the consumer is expected to publish).
 pub(super) async fn claim(
     txn: &DatabaseTransaction,
     sql: &Sql,
     key: InboxKey,
+    pending: bool,
 ) -> Result<Claim, StoreError> {
     for _ in 0..3 {
         let lock_id = Uuid::new_v4();
         if txn
-            .execute(sql.inbox_insert(key, lock_id, Utc::now()))
+            .execute(sql.inbox_insert(key, lock_id, Utc::now(), pending))
             .await?
             .rows_affected()
             == 1
         {
-            return Ok(Claim::Run { inserted: true });
+            let row = if pending {
+                RunRow::Pending
+            } else {
+                RunRow::Delivered
+            };
+            return Ok(Claim::Run { row });
         }
         if let Some(row) = txn.query_one(sql.inbox_relock(key, lock_id)).await? {
             let state = RowState::from_query_result(&row, "")?;
             return Ok(match (state.consumed, state.delivered) {
-                (false, _) => Claim::Run { inserted: false },
+                (false, _) => Claim::Run {
+                    row: RunRow::Unconsumed,
+                },
                 (true, false) => Claim::Recover {
                     after: state.last_sequence_number,
                 },
@@ -178,7 +209,7 @@ async fn consume<S>(
     mut inner: S,
     mut request: ConsumeRequest,
     key: InboxKey,
-    inserted: bool,
+    row: RunRow,
     txn: DatabaseTransaction,
 ) -> Result<ConsumeOutcome, ConsumeError>
 where
@@ -212,19 +243,16 @@ where
             return Err(error);
         }
     };
-    let seqs = match timed(
-        STAGE,
-        "outbox_write",
-        write(&txn, sql, key, inserted, &messages),
-    )
-    .await
-    {
+    let seqs = match timed(STAGE, "outbox_write", write(&txn, sql, key, row, &messages)).await {
         Ok(seqs) => seqs,
         Err(error) => return Err(rollback(txn, error).await),
     };
     timed(STAGE, "commit", txn.commit())
         .await
         .map_err(|e| StoreError::database(e).into_consume_error())?;
+    shared
+        .publishes
+        .store(!messages.is_empty(), Ordering::Relaxed);
     if messages.is_empty() {
         return Ok(outcome);
     }
@@ -254,25 +282,27 @@ where
     .map_err(StoreError::into_consume_error)
 }
 
-/// Writes the outbox rows and marks the inbox row consumed, not delivered (one statement);
-/// nothing at all when the consumer published nothing and this transaction inserted the row
-/// (it is already consumed and delivered); an older unconsumed row is marked consumed and
-/// delivered.
+/// Leaves the inbox row consumed and delivered when the consumer published nothing, consumed
+/// and not delivered beside its outbox rows when it did. Costs nothing more when `row` was
+/// inserted the right way; otherwise the outbox insert also marks the row (one statement), or
+/// one update marks it consumed and delivered.
 async fn write(
     txn: &DatabaseTransaction,
     sql: &Sql,
     key: InboxKey,
-    inserted: bool,
+    row: RunRow,
     messages: &[OutgoingMessage],
 ) -> Result<Vec<i64>, StoreError> {
-    if !messages.is_empty() {
-        return consumer_outbox::insert(txn, sql, key, messages).await;
+    match (row, messages.is_empty()) {
+        (RunRow::Delivered, true) => Ok(Vec::new()),
+        (RunRow::Pending, false) => consumer_outbox::insert(txn, sql, key, messages, false).await,
+        (_, false) => consumer_outbox::insert(txn, sql, key, messages, true).await,
+        (_, true) => {
+            txn.execute(sql.inbox_consumed_delivered(key, Utc::now()))
+                .await?;
+            Ok(Vec::new())
+        }
     }
-    if !inserted {
-        txn.execute(sql.inbox_consumed_delivered(key, Utc::now()))
-            .await?;
-    }
-    Ok(Vec::new())
 }
 
 /// Sends the committed rows (already in memory) under the inbox row lock, so a concurrent copy

@@ -1,5 +1,6 @@
 //! [`InboxLayer`]: adds the inbox and consumer outbox to an endpoint.
 
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use sea_orm::DatabaseConnection;
@@ -23,6 +24,9 @@ pub(crate) struct Shared {
     pub(crate) begin: Begin,
     /// The after-commit sender of the storage (acknowledge before sending while it runs).
     pub(crate) handoff: Arc<Handoff>,
+    /// Whether the last delivery published: the next inbox row is inserted "not delivered"
+    /// when it did (`flow::RunRow`), so a publishing consumer's row is written once.
+    pub(crate) publishes: AtomicBool,
 }
 
 impl InboxLayer {
@@ -34,6 +38,7 @@ impl InboxLayer {
                 config,
                 begin: Begin::new(),
                 handoff,
+                publishes: AtomicBool::new(false),
             }),
         }
     }

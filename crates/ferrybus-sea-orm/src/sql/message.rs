@@ -3,7 +3,7 @@
 use base64::Engine as _;
 use ferrybus_core::envelope::ENVELOPE_CONTENT_TYPE;
 use ferrybus_core::{Envelope, Headers, OutgoingMessage};
-use sea_orm::sea_query::{Alias, Expr, SimpleExpr};
+use sea_orm::sea_query::{Alias, SimpleExpr};
 use sea_orm::{FromQueryResult, IdenStatic, Iterable, QueryResult, Value};
 use serde_json::Value as Json;
 use uuid::Uuid;
@@ -18,7 +18,7 @@ use crate::error::StoreError;
 pub(crate) fn message_values(
     names: &Names,
     message: &OutgoingMessage,
-) -> Result<Vec<(Column, SimpleExpr)>, StoreError> {
+) -> Result<Vec<(Column, Value)>, StoreError> {
     let body = if is_binary(&message.content_type) {
         base64::engine::general_purpose::STANDARD.encode(&message.body)
     } else {
@@ -31,41 +31,31 @@ pub(crate) fn message_values(
             })?
             .to_owned()
     };
-    let v = |value: Value| -> SimpleExpr { Expr::val(value).into() };
     Ok(vec![
-        (Column::SentTime, names.ts(message.sent_time)),
-        (Column::Headers, v(headers_json(&message.headers)?.into())),
-        (Column::Properties, v(properties_json(message)?.into())),
-        (Column::MessageId, v(message.message_id.into())),
-        (Column::ContentType, v(message.content_type.clone().into())),
-        (
-            Column::MessageType,
-            v(message.message_type.join(";").into()),
-        ),
-        (Column::Body, v(body.into())),
-        (Column::ConversationId, v(message.conversation_id.into())),
-        (Column::CorrelationId, v(message.correlation_id.into())),
-        (Column::InitiatorId, v(message.initiator_id.into())),
-        (Column::RequestId, v(message.request_id.into())),
-        (
-            Column::SourceAddress,
-            v(message.source_address.clone().into()),
-        ),
+        (Column::SentTime, names.ts_value(Some(message.sent_time))),
+        (Column::Headers, headers_json(&message.headers)?.into()),
+        (Column::Properties, properties_json(message)?.into()),
+        (Column::MessageId, message.message_id.into()),
+        (Column::ContentType, message.content_type.clone().into()),
+        (Column::MessageType, message.message_type.join(";").into()),
+        (Column::Body, body.into()),
+        (Column::ConversationId, message.conversation_id.into()),
+        (Column::CorrelationId, message.correlation_id.into()),
+        (Column::InitiatorId, message.initiator_id.into()),
+        (Column::RequestId, message.request_id.into()),
+        (Column::SourceAddress, message.source_address.clone().into()),
         (
             Column::DestinationAddress,
-            v(Some(message.destination_address.clone()).into()),
+            Some(message.destination_address.clone()).into(),
         ),
         (
             Column::ResponseAddress,
-            v(message.response_address.clone().into()),
+            message.response_address.clone().into(),
         ),
-        (
-            Column::FaultAddress,
-            v(message.fault_address.clone().into()),
-        ),
+        (Column::FaultAddress, message.fault_address.clone().into()),
         (
             Column::ExpirationTime,
-            v(names.ts_value(message.expiration_time)),
+            names.ts_value(message.expiration_time),
         ),
     ])
 }
