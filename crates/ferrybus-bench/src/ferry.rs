@@ -429,6 +429,9 @@ pub(crate) async fn start_service(
     if let Some(count) = b.args.relay_outboxes_per_claim {
         storage = storage.outboxes_per_claim(count);
     }
+    if let Some(workers) = b.args.relay_workers {
+        storage = storage.delivery_workers(workers);
+    }
     let bus = RabbitMqBus::builder(&b.args.amqp_url)
         .connection_name(format!("ferrybus-bench {what} delivery {i}"))
         .storage(storage)

@@ -120,6 +120,9 @@ struct Args {
     /// Relay: `DeliveryConfig::outboxes_per_claim` (default: the crate's default).
     #[arg(long)]
     relay_outboxes_per_claim: Option<u64>,
+    /// Relay: delivery workers per instance (default: the crate's default).
+    #[arg(long)]
+    relay_workers: Option<usize>,
     /// Tiny counts of every scenario, for CI: checks that every message was processed.
     #[arg(long)]
     smoke: bool,
