@@ -132,7 +132,7 @@ impl Live {
 
     async fn close(&self) {
         if self.is_open() {
-            if let Some(channel) = self.publish.current().await {
+            if let Some(channel) = self.publish.current() {
                 let _ = channel.wait_for_confirms().await;
             }
             let _ = self.connection.close(200, "bye".into()).await;
@@ -149,27 +149,50 @@ pub(crate) struct PublishTarget<'a> {
 }
 
 /// A lazily opened channel, re-opened when the broker closed it.
+///
+/// Every publish asks for it, so the open channel is read under a plain mutex held only for a
+/// clone: concurrent publishes do not queue behind each other (an async mutex hands itself from
+/// waiter to waiter, one task wake-up per publish). Only opening a channel takes the async
+/// `opening` lock, so one task opens it while the others wait for that one.
 struct ChannelSlot {
     confirm: bool,
-    channel: Mutex<Option<Channel>>,
+    channel: std::sync::Mutex<Option<Channel>>,
+    opening: Mutex<()>,
 }
 
 impl ChannelSlot {
     fn new(confirm: bool) -> Self {
         Self {
             confirm,
-            channel: Mutex::new(None),
+            channel: std::sync::Mutex::new(None),
+            opening: Mutex::new(()),
         }
     }
 
-    async fn current(&self) -> Option<Channel> {
-        self.channel.lock().await.clone()
+    /// The channel while it is open.
+    fn open_channel(&self) -> Option<Channel> {
+        self.channel
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .filter(|c| c.status().connected())
+            .cloned()
+    }
+
+    fn current(&self) -> Option<Channel> {
+        self.channel
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     async fn get(&self, connection: &Connection) -> Result<Channel> {
-        let mut slot = self.channel.lock().await;
-        if let Some(channel) = slot.as_ref().filter(|c| c.status().connected()) {
-            return Ok(channel.clone());
+        if let Some(channel) = self.open_channel() {
+            return Ok(channel);
+        }
+        let _opening = self.opening.lock().await;
+        if let Some(channel) = self.open_channel() {
+            return Ok(channel);
         }
         let channel = connection
             .create_channel()
@@ -181,7 +204,7 @@ impl ChannelSlot {
                 .await
                 .map_err(|e| RabbitMqError::amqp("enabling publisher confirms", e))?;
         }
-        *slot = Some(channel.clone());
+        *self.channel.lock().unwrap_or_else(|e| e.into_inner()) = Some(channel.clone());
         Ok(channel)
     }
 }
