@@ -198,6 +198,7 @@ pub(crate) async fn run(
         );
     }
     fill(b, &names.invoice_queue, n).await?;
+    settle_database(b).await;
     let config = config(b, &names);
     let result = match side {
         Side::Ferrybus => {
@@ -290,7 +291,32 @@ pub(crate) async fn run(
         "   {what}: {} of {n} orders in {:.0} orders/s",
         result.completed, result.rate
     );
+    // Verified: delete the run's queues now. They stay bound to the event exchanges, so every
+    // later run would also route each `InvoiceCreated` and `PaymentCaptured` into them (the
+    // second side of a round did twice the broker work of the first, the fourth four times).
+    let queues = [
+        names.invoice_queue.clone(),
+        names.payments_queue.clone(),
+        names.events_queue.clone(),
+    ];
+    broker::delete(&b.conn, &queues, &[]).await;
+    // And drop its tables, so that autovacuum does not clean up after this side while the next
+    // one is timed.
+    for schema in [&names.billing, &names.schema] {
+        if let Err(e) = crate::db::drop_schema(&b.admin, schema).await {
+            eprintln!("   {what}: dropping schema {schema} failed ({e}); dropped at the end");
+        }
+    }
     Ok(result)
+}
+
+/// Starts every side from the same database state: a `CHECKPOINT` right before the clock, so
+/// that neither side pays for the other's dirty pages, nor a checkpoint's full-page images in
+/// the middle of its run. Needs superuser or `pg_checkpoint`; without it, runs go on.
+async fn settle_database(b: &Bench) {
+    if let Err(e) = sqlx::query("CHECKPOINT").execute(&b.admin).await {
+        eprintln!("   CHECKPOINT before the run failed ({e}); timing without it");
+    }
 }
 
 fn best(b: &Bench, what: &str, runs: &[Result<BillingRun, BoxError>]) -> Measure {
