@@ -402,6 +402,10 @@ pub(crate) async fn relay(
     }
     let _ = ch.close(200, "done".into()).await;
     receiver.abort();
+    // The queue stays bound to `RelayPing`'s exchange: delete it now, or every later run's
+    // messages would also pile up in it, unconsumed, so persisted to disk before RabbitMQ
+    // confirms them (this made two instances look half as fast as one).
+    crate::broker::delete(&b.conn, std::slice::from_ref(&queue), &[]).await;
     db.close().await.ok();
     Ok(RelayResult {
         committed,

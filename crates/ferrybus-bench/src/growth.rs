@@ -119,6 +119,9 @@ async fn relay_run(b: &Bench, what: &str, backlog: u64, measured: usize) -> Resu
     sdb.close().await.ok();
     let _ = ch.close(200, "done".into()).await;
     receiver.abort();
+    // The queue stays bound to `RelayPing`'s exchange: delete it, or the next run's messages
+    // would also pile up in it (persisted to disk, their confirms waiting for that).
+    crate::broker::delete(&b.conn, std::slice::from_ref(&queue), &[]).await;
     if got < measured {
         b.fail(format!("{what}: received {got} of {measured}"));
     }
