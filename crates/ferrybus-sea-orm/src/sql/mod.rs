@@ -142,22 +142,23 @@ struct Templates {
     inbox_messages: [[OnceLock<String>; 2]; TEMPLATED_MESSAGES],
 }
 
-/// `template`'s text with `values`, or, the first time, `render()` (whose text is kept).
-fn templated(
+/// `template`'s text bound to `values()`, once a first build was kept ([`remember`]).
+fn from_template(
     template: &OnceLock<String>,
     values: impl FnOnce() -> Vec<Value>,
-    render: impl FnOnce() -> Result<Statement, StoreError>,
-) -> Result<Statement, StoreError> {
-    if let Some(sql) = template.get() {
-        return Ok(Statement::from_sql_and_values(
-            DbBackend::Postgres,
-            sql.as_str(),
-            values(),
-        ));
-    }
-    let statement = render()?;
-    let _ = template.set(statement.sql.clone());
-    Ok(statement)
+) -> Option<Statement> {
+    let sql = template.get()?;
+    Some(Statement::from_sql_and_values(
+        DbBackend::Postgres,
+        sql.as_str(),
+        values(),
+    ))
+}
+
+/// Keeps the text of `rendered` (a first build with sea-query) in `template`.
+fn remember(template: &OnceLock<String>, rendered: Statement) -> Statement {
+    let _ = template.set(rendered.sql.clone());
+    rendered
 }
 
 /// The state of an inbox row, as the lock and relock statements return it.
@@ -289,9 +290,13 @@ impl Sql {
                 delivered.clone(),
             ]
         };
-        let render = || Ok(self.render_inbox_insert(key, lock_id, now, delivered.clone()));
-        templated(&self.templates.inbox_insert, values, render)
-            .expect("rendering the inbox insert cannot fail")
+        let template = &self.templates.inbox_insert;
+        from_template(template, values).unwrap_or_else(|| {
+            remember(
+                template,
+                self.render_inbox_insert(key, lock_id, now, delivered.clone()),
+            )
+        })
     }
 
     fn render_inbox_insert(
@@ -593,6 +598,11 @@ impl Sql {
         else {
             return self.render_inbox_messages(key, rows, pending_at);
         };
+        let Some(sql) = template.get() else {
+            let rendered = self.render_inbox_messages(key, rows, pending_at)?;
+            return Ok(remember(template, rendered));
+        };
+        // The values move into the statement: a message's body is not copied again.
         let mut values = Vec::with_capacity(4 + rows.len() * BINDS_PER_MESSAGE);
         if let Some(now) = pending_at {
             values.extend([
@@ -602,15 +612,15 @@ impl Sql {
                 key.consumer_id.into(),
             ]);
         }
-        for row in &rows {
+        for row in rows {
             values.extend([key.message_id.into(), key.consumer_id.into()]);
-            values.extend(row.iter().map(|(_, v)| v.clone()));
+            values.extend(row.into_iter().map(|(_, v)| v));
         }
-        templated(
-            template,
-            || values,
-            || self.render_inbox_messages(key, rows.clone(), pending_at),
-        )
+        Ok(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            sql.as_str(),
+            values,
+        ))
     }
 
     fn render_inbox_messages(
