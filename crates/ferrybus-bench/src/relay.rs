@@ -462,7 +462,7 @@ pub(crate) async fn rows(b: &Bench) -> Result<Vec<Row>, BoxError> {
             get((1, true), &|r| r.latency.p50),
             "broker publish→consume p50",
             base_p50.clone(),
-            Target::below(5.0, "< 5 ms"),
+            Target::below(3.0, "< 3 ms"),
         ),
         Row::new(
             s,
@@ -471,7 +471,7 @@ pub(crate) async fn rows(b: &Bench) -> Result<Vec<Row>, BoxError> {
             get((1, true), &|r| r.latency.p99),
             "broker publish→consume p99",
             base_p99.clone(),
-            Target::none(),
+            Target::below(10.0, "< 10 ms"),
         ),
         Row::new(
             s,

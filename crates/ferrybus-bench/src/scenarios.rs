@@ -298,8 +298,9 @@ async fn micro_rows(b: &Bench) -> Result<Vec<Row>, BoxError> {
             Target::none(),
         )
         .note(
-            "the endpoint service on one task: Envelope::from_slice (serde_json::Value, \
-               case-insensitive keys), consumer match, typed payload, tower stack, settlement",
+            "the endpoint service on one task: Envelope::from_slice (one pass, case-insensitive \
+               keys, the payload kept as raw JSON), consumer match, typed payload, tower stack, \
+               settlement",
         ),
         Row::new(
             "0 core micro",

@@ -482,6 +482,61 @@ async fn sweeper_delivers_stranded_rows(shape: Shape) {
     assert_eq!(tdb.inbox_row(message_id).await, Some((true, true, 0)));
 }
 
+/// One pass claims outboxes and reads their messages together: an outbox larger than
+/// `messages_per_outbox` goes out over several passes, in order, resuming after the recorded
+/// progress; an outbox .NET marked delivered but did not delete (no messages left) is removed
+/// without a send.
+async fn passes_resume_large_outboxes_and_remove_delivered_states(shape: Shape) {
+    let tdb = TestDb::new(shape).await;
+    let storage = storage(&tdb, Duration::from_secs(3600))
+        .await
+        .messages_per_outbox(3);
+    let outbox = outbox(&storage);
+    let txn = tdb.db.begin().await.unwrap();
+    let order_id = Uuid::new_v4();
+    let mut ids = Vec::new();
+    for seq in 1..=7 {
+        ids.push(
+            outbox
+                .on(&txn)
+                .publish(&InvoiceCreated { order_id, seq })
+                .await
+                .unwrap(),
+        );
+    }
+    txn.commit().await.unwrap();
+    let delivered_id = Uuid::new_v4();
+    let insert_state = format!(
+        "INSERT INTO {} ({}, {}, {}, {}) VALUES ($1, '00000000-0000-0000-0000-000000000000', $2, $2)",
+        tdb.t("state"),
+        tdb.c("OutboxId"),
+        tdb.c("LockId"),
+        tdb.c("Created"),
+        tdb.c("Delivered")
+    );
+    tdb.db
+        .execute(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            insert_state,
+            [delivered_id.into(), tdb.ts(Some(chrono::Utc::now()))],
+        ))
+        .await
+        .unwrap();
+    let sink = Arc::new(RecordingSink::default());
+    let mut per_pass = Vec::new();
+    for _ in 0..4 {
+        per_pass.push(storage.deliver_once(sink.clone()).await.unwrap());
+    }
+    assert_eq!(
+        per_pass,
+        [3, 3, 1, 0],
+        "three per pass, then the rest, then nothing"
+    );
+    assert_eq!(sink.ids(), ids, "every message once, in order");
+    assert_eq!(tdb.rows("message").await, 0);
+    assert_eq!(tdb.rows("state").await, 0, "both states removed");
+}
+
 /// Opt-in pipelining keeps the order within an outbox, across several outboxes at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn pipelined_delivery_keeps_each_outbox_in_order() {
@@ -533,5 +588,6 @@ ferrybus_testing::on_every_shape!(
     partial_failure_resumes_in_order,
     delivers_dotnet_rows,
     rows_are_valid_for_dotnet,
-    sweeper_delivers_stranded_rows
+    sweeper_delivers_stranded_rows,
+    passes_resume_large_outboxes_and_remove_delivered_states
 );

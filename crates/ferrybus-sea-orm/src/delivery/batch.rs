@@ -1,7 +1,5 @@
 //! One delivery pass: claim outboxes, send their messages in order, delete what was sent.
 
-use std::collections::HashMap;
-
 use futures::future::join_all;
 use sea_orm::{ConnectionTrait, DatabaseTransaction, FromQueryResult};
 use uuid::Uuid;
@@ -10,6 +8,15 @@ use crate::delivery::OutboxDeliveryService;
 use crate::error::StoreError;
 use crate::send::send_in_order;
 use crate::sql::{read_message, ClaimedOutbox, StoredRow};
+
+/// The result column that is `NULL` on the row of a claimed outbox with no message left.
+const SEQUENCE_NUMBER: &str = "sequence_number";
+
+/// One claimed outbox and its unsent messages of this pass.
+struct Claimed {
+    outbox: ClaimedOutbox,
+    rows: Vec<StoredRow>,
+}
 use crate::telemetry::{timed, OUTBOX_STAGE_SECONDS as STAGE};
 
 /// What one pass did.
@@ -66,26 +73,23 @@ impl OutboxDeliveryService {
         let mut claimed = timed(STAGE, "claim", self.claim(&txn)).await?;
         // The excluded list was read before the claim: an outbox another worker backed off in
         // between was claimed anyway. Leave it alone (it stays locked until this commit).
-        claimed.retain(|c| !self.backoff.is_backed_off(c.outbox_id));
+        claimed.retain(|c| !self.backoff.is_backed_off(c.outbox.outbox_id));
         if claimed.is_empty() {
             txn.commit().await?;
             return Ok(BatchOutcome::default());
         }
-        let ids: Vec<Uuid> = claimed.iter().map(|c| c.outbox_id).collect();
-        let mut rows = timed(STAGE, "load", self.load(&txn, &ids)).await?;
         let mut outcome = BatchOutcome {
             claimed: claimed.len(),
             ..BatchOutcome::default()
         };
         // Outboxes are independent: send them concurrently, each strictly in order.
-        let sends = claimed.into_iter().map(|outbox| {
-            let outbox_rows = rows.remove(&outbox.outbox_id).unwrap_or_default();
+        let sends = claimed.into_iter().map(|Claimed { outbox, rows }| {
             async move {
                 let result = if outbox.delivered {
                     // Delivered by a .NET pass that did not get to delete it: remove it.
                     OutboxResult::Complete { sent: 0 }
                 } else {
-                    self.send_outbox(outbox.outbox_id, outbox_rows).await
+                    self.send_outbox(outbox.outbox_id, rows).await
                 };
                 (outbox.outbox_id, result)
             }
@@ -103,34 +107,35 @@ impl OutboxDeliveryService {
         Ok(outcome)
     }
 
-    async fn claim(&self, txn: &DatabaseTransaction) -> Result<Vec<ClaimedOutbox>, StoreError> {
+    /// Claims outboxes and reads their unsent messages (one statement), grouped per outbox in
+    /// sequence order.
+    async fn claim(&self, txn: &DatabaseTransaction) -> Result<Vec<Claimed>, StoreError> {
         let sql = self.config.storage.sql();
-        let statement =
-            sql.claim_outboxes(&self.backoff.excluded(), self.config.outboxes_per_claim);
+        let statement = sql.claim_outboxes(
+            &self.backoff.excluded(),
+            self.config.outboxes_per_claim,
+            self.config.messages_per_outbox,
+        );
         let rows = txn.query_all(statement).await?;
-        rows.iter()
-            .map(|row| Ok(ClaimedOutbox::from_query_result(row, "")?))
-            .collect()
-    }
-
-    /// The unsent messages of the claimed outboxes, grouped, in sequence order.
-    async fn load(
-        &self,
-        txn: &DatabaseTransaction,
-        ids: &[Uuid],
-    ) -> Result<HashMap<Uuid, Vec<StoredRow>>, StoreError> {
-        let sql = self.config.storage.sql();
-        let rows = txn
-            .query_all(sql.outbox_messages(ids, self.config.messages_per_outbox))
-            .await?;
-        let mut grouped: HashMap<Uuid, Vec<StoredRow>> = HashMap::new();
+        let mut claimed: Vec<Claimed> = Vec::new();
         for row in &rows {
-            let stored = read_message(row)?;
-            if let Some(id) = stored.outbox_id {
-                grouped.entry(id).or_default().push(stored);
+            let outbox = ClaimedOutbox::from_query_result(row, "")?;
+            let message = match row.try_get::<Option<i64>>("", SEQUENCE_NUMBER)? {
+                Some(_) => Some(read_message(row)?),
+                None => None,
+            };
+            // Rows come ordered by outbox, then sequence number.
+            match claimed.last_mut() {
+                Some(last) if last.outbox.outbox_id == outbox.outbox_id => {
+                    last.rows.extend(message);
+                }
+                _ => claimed.push(Claimed {
+                    outbox,
+                    rows: message.into_iter().collect(),
+                }),
             }
         }
-        Ok(grouped)
+        Ok(claimed)
     }
 
     /// Sends one outbox's rows of this pass in sequence order (pipelined when configured) and

@@ -1,11 +1,13 @@
-//! `LISTEN` on the outbox channel; every notification bumps a wake-up counter.
+//! `LISTEN` on the outbox channel; every notification wakes one idle worker.
 
 use std::time::Duration;
 
 use sea_orm::sqlx::postgres::PgListener;
 use sea_orm::sqlx::PgPool;
 use sea_orm::DatabaseConnection;
-use tokio::sync::watch;
+use std::sync::Arc;
+
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::background::sleep_or_cancel;
@@ -29,7 +31,7 @@ pub(crate) fn postgres_pool(db: &DatabaseConnection) -> Result<PgPool, StoreErro
 pub(crate) async fn listen(
     pool: PgPool,
     channel: String,
-    wake: watch::Sender<u64>,
+    wake: Arc<Notify>,
     cancel: CancellationToken,
 ) {
     while !cancel.is_cancelled() {
@@ -39,7 +41,7 @@ pub(crate) async fn listen(
                     tracing::warn!(target: "ferrybus::outbox", %error, "LISTEN failed");
                 } else {
                     // Rows may have been committed while we were not listening.
-                    wake.send_modify(|v| *v += 1);
+                    wake.notify_one();
                     receive(&mut listener, &wake, &cancel).await;
                 }
             }
@@ -51,13 +53,16 @@ pub(crate) async fn listen(
     }
 }
 
-async fn receive(listener: &mut PgListener, wake: &watch::Sender<u64>, cancel: &CancellationToken) {
+async fn receive(listener: &mut PgListener, wake: &Notify, cancel: &CancellationToken) {
     loop {
         tokio::select! {
             _ = cancel.cancelled() => return,
             received = listener.try_recv() => match received {
                 // `None`: the connection was lost and is re-established on the next call.
-                Ok(_) => wake.send_modify(|v| *v += 1),
+                // One waiting worker wakes; when all are busy, the first to finish starts a pass
+                // at once (`Notify` keeps one permit): a burst of notifications while every
+                // worker sends costs one pass, not one each.
+                Ok(_) => wake.notify_one(),
                 Err(error) => {
                     tracing::warn!(target: "ferrybus::outbox", %error, "outbox listener failed");
                     return;

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use ferrybus_core::SharedSink;
 use sea_orm::DatabaseConnection;
-use tokio::sync::{watch, Notify};
+use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use ferrybus_core::Background;
@@ -73,8 +73,9 @@ impl DeliveryConfig {
     }
 
     /// How many workers claim outboxes concurrently (each uses one connection while sending).
-    /// Only the first waits for `NOTIFY`; it wakes another worker whenever it claims a full
-    /// batch (and that one the next), so a burst brings in every worker and a trickle just one.
+    /// A `NOTIFY` wakes one idle worker (so a commit does not wait for a busy worker's pass to
+    /// end), and a worker that claims a full batch wakes one more: a burst brings in every
+    /// worker, a trickle one at a time.
     pub(crate) fn workers(mut self, workers: usize) -> Self {
         self.workers = workers.max(1);
         self
@@ -165,7 +166,8 @@ impl OutboxDeliveryService {
     /// Starts the listener, the workers and the sweeper.
     pub(crate) fn spawn(self) -> Background {
         let cancel = CancellationToken::new();
-        let (wake, _) = watch::channel(0u64);
+        // Notifications and "claimed a full batch" both wake one idle worker.
+        let wake = Arc::new(Notify::new());
         let mut tasks = Vec::new();
         match listener::postgres_pool(&self.db) {
             Ok(pool) => {
@@ -183,16 +185,10 @@ impl OutboxDeliveryService {
                 "no LISTEN on this connection; the outbox delivery only polls"
             ),
         }
-        let assist = Arc::new(Notify::new());
-        for index in 0..self.config.workers {
-            // Only the first worker waits for NOTIFY: one notification wakes one worker per
-            // instance, not all of them (they would mostly claim nothing, SKIP LOCKED).
-            let wake = (index == 0).then(|| wake.subscribe());
-            tasks.push(tokio::spawn(self.clone().work(
-                wake,
-                assist.clone(),
-                cancel.clone(),
-            )));
+        for _ in 0..self.config.workers {
+            tasks.push(tokio::spawn(
+                self.clone().work(wake.clone(), cancel.clone()),
+            ));
         }
         if self.config.sweep_after.is_some() {
             tasks.push(tokio::spawn(self.clone().sweep_loop(cancel.clone())));
@@ -227,42 +223,26 @@ impl OutboxDeliveryService {
         .await
     }
 
-    /// One worker. `wake` (the first worker only) follows the `LISTEN` notifications; every
-    /// worker also answers `assist` (a worker that claimed a full batch asks for help) and the
-    /// poll interval.
-    async fn work(
-        self,
-        mut wake: Option<watch::Receiver<u64>>,
-        assist: Arc<Notify>,
-        cancel: CancellationToken,
-    ) {
+    /// One worker: a pass, then another at once while passes find work, else it waits for
+    /// `wake` (a notification, or a worker that claimed a full batch) or the poll interval.
+    async fn work(self, wake: Arc<Notify>, cancel: CancellationToken) {
         let mut error_delay = self.config.backoff_initial;
         let full = usize::try_from(self.config.outboxes_per_claim).unwrap_or(usize::MAX);
         while !cancel.is_cancelled() {
-            if let Some(wake) = wake.as_mut() {
-                wake.borrow_and_update();
-            }
             match self.deliver_batch().await {
                 Ok(outcome) if outcome.claimed > 0 && outcome.failed < outcome.claimed => {
                     if outcome.claimed >= full {
                         // More is probably waiting: bring in one more worker.
-                        assist.notify_one();
+                        wake.notify_one();
                     }
                 }
                 Ok(outcome) if outcome.claimed > 0 => {
                     sleep_or_cancel(self.config.backoff_initial, &cancel).await;
                 }
                 Ok(_) => {
-                    let notified = async {
-                        match wake.as_mut() {
-                            Some(wake) => wake.changed().await.is_ok(),
-                            None => std::future::pending().await,
-                        }
-                    };
                     tokio::select! {
                         _ = cancel.cancelled() => {}
-                        _ = notified => {}
-                        _ = assist.notified() => {}
+                        _ = wake.notified() => {}
                         _ = tokio::time::sleep(self.config.poll_interval) => {}
                     }
                 }

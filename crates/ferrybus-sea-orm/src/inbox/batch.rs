@@ -215,7 +215,6 @@ async fn handle(
         .zip(messages)
         .map(|(seq, message)| StoredRow {
             seq,
-            outbox_id: None,
             message: Some(message),
             unreadable: None,
         })

@@ -261,7 +261,6 @@ where
         .zip(messages)
         .map(|(seq, message)| StoredRow {
             seq,
-            outbox_id: None,
             message: Some(message),
             unreadable: None,
         })

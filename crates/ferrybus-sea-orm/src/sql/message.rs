@@ -6,7 +6,6 @@ use ferrybus_core::{Envelope, Headers, OutgoingMessage};
 use sea_orm::sea_query::{Alias, SimpleExpr};
 use sea_orm::{FromQueryResult, IdenStatic, Iterable, QueryResult, Value};
 use serde_json::Value as Json;
-use uuid::Uuid;
 
 use super::names::Names;
 use crate::entity::outbox_message::{Column, Model};
@@ -132,8 +131,6 @@ fn read_properties(text: Option<&str>) -> serde_json::Map<String, Json> {
 pub(crate) struct StoredRow {
     /// `SequenceNumber`.
     pub(crate) seq: i64,
-    /// `OutboxId` (bus outbox rows).
-    pub(crate) outbox_id: Option<Uuid>,
     /// The message; `None` when the row has no destination (it cannot be sent).
     pub(crate) message: Option<OutgoingMessage>,
     /// Why the row cannot be sent as it is (a binary body that is not Base64): sending it
@@ -164,11 +161,9 @@ pub(crate) fn message_columns(names: &Names, a: &'static str) -> Vec<(SimpleExpr
 pub(crate) fn read_message(row: &QueryResult) -> Result<StoredRow, StoreError> {
     let model = Model::from_query_result(row, "").map_err(|e| StoreError::decode(e.to_string()))?;
     let seq = model.sequence_number;
-    let outbox_id = model.outbox_id;
     let Some(destination) = model.destination_address.filter(|d| !d.is_empty()) else {
         return Ok(StoredRow {
             seq,
-            outbox_id,
             message: None,
             unreadable: None,
         });
@@ -228,7 +223,6 @@ pub(crate) fn read_message(row: &QueryResult) -> Result<StoredRow, StoreError> {
     message.derive_publish_bindings();
     Ok(StoredRow {
         seq,
-        outbox_id,
         message: Some(message),
         unreadable,
     })

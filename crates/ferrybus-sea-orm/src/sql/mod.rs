@@ -15,7 +15,7 @@ use ferrybus_core::OutgoingMessage;
 use sea_orm::sea_query::{
     extension::postgres::PgExpr, Alias, Asterisk, CommonTableExpression, Expr, Func, IntoIden,
     LockBehavior, LockType, OnConflict, Order, PgFunc, Query, SelectStatement, SimpleExpr,
-    TableRef, WindowStatement,
+    TableRef,
 };
 use sea_orm::{
     ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, FromQueryResult,
@@ -177,10 +177,12 @@ pub(crate) struct LockedInbox {
     pub(crate) last_sequence_number: Option<i64>,
 }
 
-/// A claimed bus outbox.
+/// A claimed bus outbox, as [`Sql::claim_outboxes`] returns it on each of its rows.
 #[derive(Debug, FromQueryResult)]
 pub(crate) struct ClaimedOutbox {
+    #[sea_orm(from_alias = "fb_outbox_id")]
     pub(crate) outbox_id: Uuid,
+    #[sea_orm(from_alias = "fb_delivered")]
     pub(crate) delivered: bool,
 }
 
@@ -733,19 +735,40 @@ impl Sql {
     }
 
     /// Claims up to `limit` bus outboxes, oldest first, skipping `excluded` (backed off) and
-    /// rows other workers hold ([`ClaimedOutbox`]).
-    pub(crate) fn claim_outboxes(&self, excluded: &[Uuid], limit: u64) -> Statement {
+    /// rows other workers hold, and reads their unsent messages in the same statement: at most
+    /// `per_outbox + 1` each (one more tells whether the outbox is complete), in sequence order.
+    ///
+    /// One row per message ([`ClaimedRow`]), or one with no message for a claimed outbox that
+    /// has none left. The claim is a CTE (`… LIMIT n FOR UPDATE SKIP LOCKED`); each claimed
+    /// outbox's messages come from a `LEFT JOIN LATERAL` on the (`OutboxId`, `SequenceNumber`)
+    /// index, after the locked state's `LastSequenceNumber`.
+    pub(crate) fn claim_outboxes(
+        &self,
+        excluded: &[Uuid],
+        limit: u64,
+        per_outbox: u64,
+    ) -> Statement {
         let n = &self.names;
-        let oid = n.c(state::Column::OutboxId);
-        let query = Query::select()
-            .expr_as(Expr::col(oid.clone()), alias("outbox_id"))
+        let (c, m, x) = (alias("c"), alias("m"), alias("x"));
+        let claim = Query::select()
+            .expr_as(
+                Expr::col(n.c(state::Column::OutboxId)),
+                alias("fb_outbox_id"),
+            )
             .expr_as(
                 Expr::col(n.c(state::Column::Delivered)).is_not_null(),
-                alias("delivered"),
+                alias("fb_delivered"),
+            )
+            .expr_as(
+                Func::coalesce([
+                    bigint(Expr::col(n.c(state::Column::LastSequenceNumber))),
+                    Expr::val(0i64).into(),
+                ]),
+                alias("fb_after"),
             )
             .from(n.table(STATE))
             .and_where(
-                Expr::col(oid)
+                Expr::col(n.c(state::Column::OutboxId))
                     .eq(PgFunc::any(Expr::val(excluded.to_vec())))
                     .not(),
             )
@@ -753,46 +776,49 @@ impl Sql {
             .limit(limit)
             .lock_with_behavior(LockType::Update, LockBehavior::SkipLocked)
             .to_owned();
-        build(&query)
-    }
-
-    /// The unsent messages of the claimed outboxes `ids`, at most `per_outbox + 1` each (one
-    /// more tells whether the outbox is complete), ordered by outbox and sequence number.
-    pub(crate) fn outbox_messages(&self, ids: &[Uuid], per_outbox: u64) -> Statement {
-        let n = &self.names;
-        let (m, s, x) = (alias("m"), alias("s"), alias("x"));
         let oid = n.c(msg::Column::OutboxId);
         let seq = n.c(msg::Column::SequenceNumber);
-        let inner = Query::select()
+        let messages = Query::select()
             .column((m.clone(), Asterisk))
-            .expr_window_as(
-                Func::cust(alias("row_number")),
-                WindowStatement::partition_by((m.clone(), oid.clone()))
-                    .order_by((m.clone(), seq.clone()), Order::Asc)
-                    .to_owned(),
-                alias("fb_rn"),
-            )
             .from(n.table_as(MESSAGE, "m"))
-            .inner_join(
-                n.table_as(STATE, "s"),
-                Expr::col((s.clone(), n.c(state::Column::OutboxId)))
-                    .equals((m.clone(), oid.clone())),
+            .and_where(
+                Expr::col((m.clone(), oid.clone())).equals((c.clone(), alias("fb_outbox_id"))),
             )
-            .and_where(Expr::col((m.clone(), oid.clone())).eq(PgFunc::any(Expr::val(ids.to_vec()))))
-            .and_where(Expr::col((m.clone(), seq.clone())).gt(Func::coalesce([
-                Expr::col((s, n.c(state::Column::LastSequenceNumber))).into(),
-                Expr::val(0).into(),
-            ])))
+            .and_where(
+                Expr::col((m.clone(), seq.clone())).gt(Expr::col((c.clone(), alias("fb_after")))),
+            )
+            .order_by((m, seq.clone()), Order::Asc)
+            .limit(per_outbox.saturating_add(1))
             .to_owned();
         let mut query = Query::select();
+        query
+            .expr_as(
+                Expr::col((c.clone(), alias("fb_outbox_id"))),
+                alias("fb_outbox_id"),
+            )
+            .expr_as(
+                Expr::col((c.clone(), alias("fb_delivered"))),
+                alias("fb_delivered"),
+            );
         for (expr, name) in message::message_columns(n, "x") {
             query.expr_as(expr, name);
         }
         query
-            .from_subquery(inner, x.clone())
-            .and_where(Expr::col((x.clone(), alias("fb_rn"))).lte(per_outbox.saturating_add(1)))
-            .order_by((x.clone(), oid), Order::Asc)
+            .from(c.clone())
+            .join_lateral(
+                sea_orm::sea_query::JoinType::LeftJoin,
+                messages,
+                x.clone(),
+                Expr::cust("TRUE"),
+            )
+            .order_by((c.clone(), alias("fb_outbox_id")), Order::Asc)
             .order_by((x, seq), Order::Asc);
+        query.with_cte(
+            CommonTableExpression::new()
+                .query(claim)
+                .table_name(c)
+                .to_owned(),
+        );
         build(&query)
     }
 
@@ -994,8 +1020,7 @@ mod tests {
                     .unwrap(),
                 sql.insert_inbox_messages(key, &[message()], None).unwrap(),
                 sql.bus_insert(now, "chan", &message()).unwrap(),
-                sql.claim_outboxes(&[id], 64),
-                sql.outbox_messages(&[id], 100),
+                sql.claim_outboxes(&[id], 64, 100),
                 sql.delete_outbox_messages(&[id], &[1, 2]),
                 sql.delete_outbox_states(&[id]),
                 sql.outbox_progress(id, 4),
