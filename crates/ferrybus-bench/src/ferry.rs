@@ -63,25 +63,35 @@ async fn database(b: &Bench, schema: &str, size: u32) -> Result<DatabaseConnecti
     ))
 }
 
-/// Starts a bus (with `storage`, if any) consuming queue `queue` as `endpoint` configures it,
-/// waits until `expected` were counted, stops the bus.
+/// Starts one bus per entry of `storages` (with that storage, if any), each consuming queue
+/// `queue` as `endpoint` configures it, waits until `expected` were counted, stops the buses.
 async fn run_endpoint(
     amqp_url: &str,
     queue: &str,
-    storage: Option<PostgresStorage>,
-    endpoint: impl FnOnce(EndpointConfig) -> EndpointConfig,
+    storages: Vec<Option<PostgresStorage>>,
+    endpoint: impl Fn(EndpointConfig) -> EndpointConfig + Clone,
     counter: Counter,
     expected: usize,
     limit: Duration,
 ) -> Result<RunResult, FerryError> {
     let start = Instant::now();
-    let mut builder = RabbitMqBus::builder(amqp_url).connection_name("ferrybus-bench");
-    if let Some(storage) = storage {
-        builder = builder.storage(storage);
+    let mut buses = Vec::new();
+    for storage in storages {
+        let mut builder = RabbitMqBus::builder(amqp_url).connection_name("ferrybus-bench");
+        if let Some(storage) = storage {
+            builder = builder.storage(storage);
+        }
+        buses.push(
+            builder
+                .receive_endpoint(queue, endpoint.clone())
+                .start()
+                .await?,
+        );
     }
-    let bus = builder.receive_endpoint(queue, endpoint).start().await?;
     let (processed, last) = counter.wait_for(expected, limit).await;
-    bus.stop().await;
+    for bus in buses {
+        bus.stop().await;
+    }
     Ok(RunResult {
         processed,
         elapsed: counter.span(start, last),
@@ -121,11 +131,11 @@ pub(crate) async fn plain(
     let counter = Counter::new();
     let c = counter.clone();
     let (prefetch, concurrency) = (b.args.prefetch_count(), b.args.concurrency);
-    let endpoint = move |e| plain_endpoint(e, prefetch, concurrency, c);
+    let endpoint = move |e| plain_endpoint(e, prefetch, concurrency, c.clone());
     run_endpoint(
         &b.args.amqp_url,
         queue,
-        None,
+        vec![None],
         endpoint,
         counter,
         expected,
@@ -164,7 +174,7 @@ async fn storage_run(
     publish: bool,
 ) -> Result<RunResult, FerryError> {
     let storage = |db| consumer_storage(b, db, schema);
-    storage_run_with(b, queue, schema, expected, limit, publish, storage).await
+    storage_run_with(b, queue, schema, expected, limit, publish, 1, storage).await
 }
 
 /// The inbox consumer of (1) with the inbox cleanup of its storage on (every second, batch 100)
@@ -182,9 +192,12 @@ pub(crate) async fn inbox_with_cleanup(
             .inbox_cleanup(cleanup)
             .cleanup_interval(Duration::from_secs(1))
     };
-    storage_run_with(b, queue, schema, expected, limit, false, storage).await
+    storage_run_with(b, queue, schema, expected, limit, false, 1, storage).await
 }
 
+/// `instances` service instances on one queue, each with its own pool (sized as the baseline's,
+/// plus three when it publishes) and its storage as `storage` configures it.
+#[allow(clippy::too_many_arguments)]
 async fn storage_run_with(
     b: &Bench,
     queue: &str,
@@ -192,14 +205,19 @@ async fn storage_run_with(
     expected: usize,
     limit: Duration,
     publish: bool,
-    storage: impl FnOnce(DatabaseConnection) -> PostgresStorage,
+    instances: usize,
+    storage: impl Fn(DatabaseConnection) -> PostgresStorage,
 ) -> Result<RunResult, FerryError> {
     let counter = Counter::new();
     let extra = if publish { 3 } else { 0 };
-    let db = database(b, schema, b.args.concurrency as u32 + extra).await?;
+    let mut pools = Vec::new();
+    for _ in 0..instances {
+        pools.push(database(b, schema, b.args.concurrency as u32 + extra).await?);
+    }
     let c = counter.clone();
     let (prefetch, concurrency) = (b.args.prefetch_count(), b.args.concurrency);
     let endpoint = move |e: EndpointConfig| {
+        let c = c.clone();
         e.prefetch(prefetch)
             .concurrency(concurrency)
             .inbox()
@@ -223,18 +241,20 @@ async fn storage_run_with(
                 },
             ))
     };
-    let storage = storage(db.clone());
+    let storages = pools.iter().map(|db| Some(storage(db.clone()))).collect();
     let result = run_endpoint(
         &b.args.amqp_url,
         queue,
-        Some(storage),
+        storages,
         endpoint,
         counter,
         expected,
         limit,
     )
     .await;
-    db.close().await.ok();
+    for db in pools {
+        db.close().await.ok();
+    }
     result
 }
 
@@ -254,19 +274,22 @@ pub(crate) async fn inbox(
 /// delivery was acknowledged, so the after-commit sender runs and deliveries are acknowledged
 /// after commit. The pool has three more connections than the baseline's (the worker, its
 /// `LISTEN`, the after-commit sender).
+///
+/// `instances` such services consume the one queue side by side, as users scale out.
 pub(crate) async fn outbox(
     b: &Bench,
     queue: &str,
     schema: &str,
     expected: usize,
     limit: Duration,
+    instances: usize,
 ) -> Result<RunResult, FerryError> {
     let storage = |db| {
         consumer_storage(b, db, schema)
             .outbox_delivery(true)
             .delivery_workers(1)
     };
-    storage_run_with(b, queue, schema, expected, limit, true, storage).await
+    storage_run_with(b, queue, schema, expected, limit, true, instances, storage).await
 }
 
 /// The memory probe's ferrybus consumer: the plain endpoint, counting into `counter`.
@@ -279,11 +302,11 @@ pub(crate) async fn memory_consumer(
 ) -> Result<RunResult, FerryError> {
     let c = counter.clone();
     let (prefetch, concurrency) = (args.prefetch_count(), args.concurrency);
-    let endpoint = move |e| plain_endpoint(e, prefetch, concurrency, c);
+    let endpoint = move |e| plain_endpoint(e, prefetch, concurrency, c.clone());
     run_endpoint(
         &args.amqp_url,
         queue,
-        None,
+        vec![None],
         endpoint,
         counter,
         expected,

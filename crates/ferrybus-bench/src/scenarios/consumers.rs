@@ -45,15 +45,28 @@ impl Kind {
     }
 }
 
+/// Who consumes in a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Side {
+    /// The hand-rolled baseline.
+    Baseline,
+    /// ferrybus, this many service instances on the one queue.
+    Ferrybus(usize),
+}
+
 /// One run of one side: fresh queue (and schema), pre-fill, consume, verify.
 async fn consumer_run(
     b: &Bench,
     kind: Kind,
-    ferrybus: bool,
+    side: Side,
     round: usize,
 ) -> Result<RunResult, FerryError> {
-    let side = if ferrybus { "ferrybus" } else { "baseline" };
-    let what = format!("{}-{side}-{round}", kind.label());
+    let label = match side {
+        Side::Baseline => "baseline".to_owned(),
+        Side::Ferrybus(1) => "ferrybus".to_owned(),
+        Side::Ferrybus(n) => format!("ferrybus{n}"),
+    };
+    let what = format!("{}-{label}-{round}", kind.label());
     let n = kind.messages(&b.args);
     let queue = b.fresh_queue(&what).await?;
     let schema = match kind {
@@ -74,11 +87,11 @@ async fn consumer_run(
         expected: n,
         limit,
     };
-    let result = if ferrybus {
+    let result = if let Side::Ferrybus(instances) = side {
         match (kind, &schema) {
             (Kind::Plain, _) => ferry::plain(b, &queue, n, limit).await?,
             (Kind::Inbox, Some(s)) => ferry::inbox(b, &queue, s, n, limit).await?,
-            (Kind::Outbox, Some(s)) => ferry::outbox(b, &queue, s, n, limit).await?,
+            (Kind::Outbox, Some(s)) => ferry::outbox(b, &queue, s, n, limit, instances).await?,
             _ => unreachable!("storage scenarios have a schema"),
         }
     } else {
@@ -205,14 +218,23 @@ fn measure(b: &Bench, what: &str, results: Vec<Result<RunResult, FerryError>>) -
 pub(super) async fn consumer_rows(b: &Bench, kind: Kind) -> Result<Vec<Row>, BoxError> {
     let mut base = Vec::new();
     let mut ferry = Vec::new();
+    let mut ferry2 = Vec::new();
     for round in 0..b.args.rounds {
         // Alternate which side goes first, so neither always gets the warmer broker.
-        for ferrybus in [round % 2 == 1, round % 2 == 0] {
-            let r = consumer_run(b, kind, ferrybus, round).await;
-            if ferrybus {
-                ferry.push(r);
-            } else {
-                base.push(r);
+        let mut sides = vec![Side::Baseline, Side::Ferrybus(1)];
+        if kind == Kind::Outbox {
+            // (3) also scales out: two service instances on the one queue.
+            sides.push(Side::Ferrybus(2));
+        }
+        if round % 2 == 1 {
+            sides.reverse();
+        }
+        for side in sides {
+            let r = consumer_run(b, kind, side, round).await;
+            match side {
+                Side::Baseline => base.push(r),
+                Side::Ferrybus(1) => ferry.push(r),
+                Side::Ferrybus(_) => ferry2.push(r),
             }
         }
     }
@@ -257,6 +279,19 @@ pub(super) async fn consumer_rows(b: &Bench, kind: Kind) -> Result<Vec<Row>, Box
             .note(format!(
                 "{} msgs, concurrency {c}; one OrderAccepted published per input",
                 b.args.messages
+            )),
+            Row::new(
+                "3 consumer outbox",
+                "two instances vs one",
+                "msg/s",
+                measure(b, &format!("{label} ferrybus, two instances"), ferry2),
+                "(3) ferrybus, one instance",
+                ferry.clone(),
+                Target::ratio(1.0),
+            )
+            .note(format!(
+                "two services on one queue, each concurrency {c} with its own pool, sender and \
+                 delivery service"
             )),
             Row::new(
                 "3 consumer outbox",
