@@ -40,7 +40,7 @@ pub(crate) struct Inspection {
     /// The headers; `{}` when there are none.
     headers: Headers,
     /// The process that wrote the message.
-    host: Option<HostInfo>,
+    host: Option<std::sync::Arc<HostInfo>>,
     /// The payload.
     message: Value,
 }

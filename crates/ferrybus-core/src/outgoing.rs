@@ -382,7 +382,7 @@ impl MessageFactory {
                 .map(|ttl| now + ttl),
             sent_time: Some(now),
             headers,
-            host: Some(HostInfo::current().clone()),
+            host: Some(HostInfo::shared()),
         };
         let publish_bindings = if publish {
             all_types[1..]

@@ -86,9 +86,9 @@ fn types(urns: &[&str]) -> Vec<String> {
 }
 
 /// An expected host, every field set, in MassTransit's field order.
-fn host(fields: [&str; 8]) -> Option<HostInfo> {
+fn host(fields: [&str; 8]) -> Option<std::sync::Arc<HostInfo>> {
     let [machine, process, pid, assembly, assembly_version, framework, mass_transit, os] = fields;
-    Some(HostInfo {
+    Some(std::sync::Arc::new(HostInfo {
         machine_name: s(machine),
         process_name: s(process),
         process_id: Some(pid.parse().unwrap()),
@@ -97,7 +97,7 @@ fn host(fields: [&str; 8]) -> Option<HostInfo> {
         framework_version: s(framework),
         mass_transit_version: s(mass_transit),
         operating_system_version: s(os),
-    })
+    }))
 }
 
 #[test]

@@ -104,7 +104,8 @@ fn read_raw(delivery: &Delivery) -> Result<Envelope, EnvelopeError> {
         host: h
             .get_str("MT-Host-Info")
             .and_then(|s| serde_json::from_str::<Value>(s).ok())
-            .and_then(|v| read_host(v).ok().flatten()),
+            .and_then(|v| read_host(v).ok().flatten())
+            .map(std::sync::Arc::new),
         headers,
     })
 }

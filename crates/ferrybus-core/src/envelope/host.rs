@@ -1,6 +1,6 @@
 //! `HostInfo`: which process wrote a message.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
@@ -40,14 +40,29 @@ pub struct HostInfo {
     pub operating_system_version: Option<String>,
 }
 
-static CURRENT: OnceLock<HostInfo> = OnceLock::new();
+static CURRENT: OnceLock<Arc<HostInfo>> = OnceLock::new();
 
 impl HostInfo {
     /// The host information of this process, computed once.
     ///
     /// Call [`HostInfo::set_application`] first to report the application's name and version.
     pub fn current() -> &'static HostInfo {
-        CURRENT.get_or_init(|| HostInfo::detect(None, None))
+        Self::shared_ref()
+    }
+
+    /// The host information of this process, shared: what every message ferrybus writes
+    /// carries in its envelope's `host` (a reference count, not a copy per message).
+    ///
+    /// ```
+    /// use ferrybus_core::HostInfo;
+    /// assert_eq!(*HostInfo::shared(), *HostInfo::current());
+    /// ```
+    pub fn shared() -> Arc<HostInfo> {
+        Self::shared_ref().clone()
+    }
+
+    fn shared_ref() -> &'static Arc<HostInfo> {
+        CURRENT.get_or_init(|| Arc::new(HostInfo::detect(None, None)))
     }
 
     /// Sets the application name and version reported in `assembly` / `assemblyVersion` (without
@@ -65,7 +80,7 @@ impl HostInfo {
     /// ```
     pub fn set_application(name: &str, version: &str) -> bool {
         CURRENT
-            .set(HostInfo::detect(Some(name), Some(version)))
+            .set(Arc::new(HostInfo::detect(Some(name), Some(version))))
             .is_ok()
     }
 

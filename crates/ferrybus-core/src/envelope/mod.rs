@@ -27,6 +27,8 @@ mod host;
 mod payload;
 mod read;
 
+use std::sync::Arc;
+
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
@@ -78,8 +80,9 @@ pub struct Envelope {
     pub sent_time: Option<DateTime<Utc>>,
     /// Application and MassTransit headers.
     pub headers: Headers,
-    /// The process that wrote the message.
-    pub host: Option<HostInfo>,
+    /// The process that wrote the message (shared: the envelopes a process writes all point at
+    /// [`HostInfo::shared`]).
+    pub host: Option<Arc<HostInfo>>,
 }
 
 /// Why a body is not a usable MassTransit envelope. The `Display` text names the field and the

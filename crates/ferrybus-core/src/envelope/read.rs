@@ -10,6 +10,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
@@ -83,7 +84,7 @@ impl<'de> Visitor<'de> for EnvelopeVisitor {
                 })?,
                 Key::Host => map
                     .next_value::<Box<RawValue>>()
-                    .map(|raw| read_raw_host(&raw).map(|v| envelope.host = v))?,
+                    .map(|raw| read_raw_host(&raw).map(|v| envelope.host = v.map(Arc::new)))?,
                 Key::Other => map.next_value::<IgnoredAny>().map(|_| Ok(()))?,
             };
             if let Err(error) = read {
