@@ -273,6 +273,81 @@ impl MessageSink for FailAfter {
     }
 }
 
+/// Holds the send of one message until released; records the others at once.
+#[derive(Clone)]
+struct HoldOne {
+    sink: RecordingSink,
+    held: Arc<std::sync::Mutex<Option<Uuid>>>,
+    release: Arc<tokio::sync::Notify>,
+    holding: Arc<tokio::sync::Notify>,
+}
+
+#[async_trait]
+impl MessageSink for HoldOne {
+    async fn deliver(&self, message: OutgoingMessage) -> Result<(), PublishError> {
+        let hold = *self.held.lock().unwrap() == Some(message.message_id);
+        if hold {
+            let released = self.release.notified();
+            self.holding.notify_one();
+            released.await;
+        }
+        self.sink.deliver(message).await
+    }
+}
+
+/// A commit is sent while another worker is still busy with an earlier pass: the notification
+/// wakes an idle worker (the poll interval is an hour, so nothing else would).
+async fn a_commit_does_not_wait_for_a_busy_worker(shape: Shape) {
+    let tdb = TestDb::new(shape).await;
+    let sink = HoldOne {
+        sink: RecordingSink::default(),
+        held: Arc::default(),
+        release: Arc::default(),
+        holding: Arc::default(),
+    };
+    let storage = storage(&tdb, Duration::from_secs(3600)).await;
+    let background = storage.start(Arc::new(sink.clone()));
+    wait_listening(&tdb).await;
+    let outbox = outbox(&storage);
+    let publish = |seq: u32| {
+        let (db, outbox) = (tdb.db.clone(), outbox.clone());
+        async move {
+            let txn = db.begin().await.unwrap();
+            let id = outbox
+                .on(&txn)
+                .publish(&InvoiceCreated {
+                    order_id: Uuid::new_v4(),
+                    seq,
+                })
+                .await
+                .unwrap();
+            (txn, id)
+        }
+    };
+    let (txn, first) = publish(1).await;
+    *sink.held.lock().unwrap() = Some(first);
+    let holding = sink.holding.notified();
+    txn.commit().await.unwrap();
+    tokio::time::timeout(WAIT, holding)
+        .await
+        .expect("a worker started sending the first message");
+    let (txn, second) = publish(2).await;
+    txn.commit().await.unwrap();
+    eventually(
+        "the second message, while the first is held",
+        WAIT,
+        || async { (sink.sink.ids() == [second]).then_some(()) },
+    )
+    .await;
+    sink.release.notify_one();
+    eventually("the first message, once released", WAIT, || async {
+        (sink.sink.ids() == [second, first]).then_some(())
+    })
+    .await;
+    wait_until_outbox_drained(&storage, WAIT).await.unwrap();
+    background.stop().await;
+}
+
 /// Rows a .NET service wrote (its column formats, an envelope from a real MassTransit
 /// producer) are delivered too.
 async fn delivers_dotnet_rows(shape: Shape) {
@@ -589,5 +664,6 @@ ferrybus_testing::on_every_shape!(
     delivers_dotnet_rows,
     rows_are_valid_for_dotnet,
     sweeper_delivers_stranded_rows,
-    passes_resume_large_outboxes_and_remove_delivered_states
+    passes_resume_large_outboxes_and_remove_delivered_states,
+    a_commit_does_not_wait_for_a_busy_worker
 );
