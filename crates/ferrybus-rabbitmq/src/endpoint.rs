@@ -191,9 +191,12 @@ impl EndpointRunner {
                 Some(Ok(delivery)) => {
                     let runner = self.clone();
                     let live = live.clone();
-                    session
-                        .in_flight
-                        .spawn(async move { runner.handle(live, delivery, permit).await });
+                    // Boxed: the delivery's future (pipeline, inbox, consumer) is kilobytes,
+                    // and tokio moves a task's future by value when it spawns, completes and
+                    // reads it; a box moves as one pointer.
+                    let handle =
+                        Box::pin(async move { runner.handle(live, delivery, permit).await });
+                    session.in_flight.spawn(handle);
                 }
                 Some(Err(error)) => {
                     tracing::warn!(target: "ferrybus::rabbitmq", queue = %self.queue.name, %error, "consumer failed");

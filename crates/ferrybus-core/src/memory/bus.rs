@@ -284,10 +284,11 @@ impl EndpointRunner {
             };
             let runner = this.clone();
             sequence += 1;
-            in_flight.spawn(async move {
+            // Boxed, as the RabbitMQ endpoint does: tokio moves a task's future by value.
+            in_flight.spawn(Box::pin(async move {
                 runner.handle(message, sequence).await;
                 drop(permit);
-            });
+            }));
             while in_flight.try_join_next().is_some() {}
         }
         while in_flight.join_next().await.is_some() {}
