@@ -7,6 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}"
 export AMQP_URL="${AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/%2f}"
+python3 scripts/check-msrv.py
 cargo test --workspace --all-targets --locked
 cargo test --workspace --doc --locked
 cargo run --locked -p ferrybus-bench -- --smoke --output target/bench-results/smoke.json
