@@ -11,7 +11,9 @@ import sys
 
 
 def version(text):
-    return tuple(int(part) for part in text.split(".")[:3]) + (0,) * (3 - len(text.split(".")[:3]))
+    """`1.88` and `1.88.0` as the same comparable triple."""
+    parts = [int(part) for part in text.split(".")[:3]]
+    return tuple(parts + [0] * (3 - len(parts)))
 
 
 def main():

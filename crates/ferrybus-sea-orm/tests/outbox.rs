@@ -27,6 +27,51 @@ fn outbox(storage: &PostgresStorage) -> BusOutbox {
     )
 }
 
+/// Publishes `count` `InvoiceCreated` of one new order through the bus outbox in one
+/// transaction and commits it; returns the message ids in sequence order.
+async fn publish_committed(tdb: &TestDb, outbox: &BusOutbox, count: u32) -> Vec<Uuid> {
+    let txn = tdb.db.begin().await.unwrap();
+    let order_id = Uuid::new_v4();
+    let mut ids = Vec::new();
+    for seq in 1..=count {
+        ids.push(
+            outbox
+                .on(&txn)
+                .publish(&InvoiceCreated { order_id, seq })
+                .await
+                .unwrap(),
+        );
+    }
+    txn.commit().await.unwrap();
+    ids
+}
+
+/// Inserts an outbox state row as .NET writes it (`LockId` all zeros), created at `created`,
+/// delivered at `delivered`.
+async fn insert_dotnet_state(
+    tdb: &TestDb,
+    outbox_id: Uuid,
+    created: Option<chrono::DateTime<chrono::Utc>>,
+    delivered: Option<chrono::DateTime<chrono::Utc>>,
+) {
+    let sql = format!(
+        "INSERT INTO {} ({}, {}, {}, {}) VALUES ($1, '00000000-0000-0000-0000-000000000000', $2, $3)",
+        tdb.t("state"),
+        tdb.c("OutboxId"),
+        tdb.c("LockId"),
+        tdb.c("Created"),
+        tdb.c("Delivered")
+    );
+    tdb.db
+        .execute(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            sql,
+            [outbox_id.into(), tdb.ts(created), tdb.ts(delivered)],
+        ))
+        .await
+        .unwrap();
+}
+
 /// The schema's storage with a delivery service that polls every `poll`, two workers, a short
 /// back-off and no sweeper.
 async fn storage(tdb: &TestDb, poll: Duration) -> PostgresStorage {
@@ -212,19 +257,7 @@ async fn partial_failure_resumes_in_order(shape: Shape) {
     let sink = RecordingSink::default();
     let storage = storage(&tdb, Duration::from_millis(20)).await;
     let outbox = outbox(&storage);
-    let txn = tdb.db.begin().await.unwrap();
-    let order_id = Uuid::new_v4();
-    let mut ids = Vec::new();
-    for seq in 1..=4 {
-        ids.push(
-            outbox
-                .on(&txn)
-                .publish(&InvoiceCreated { order_id, seq })
-                .await
-                .unwrap(),
-        );
-    }
-    txn.commit().await.unwrap();
+    let ids = publish_committed(&tdb, &outbox, 4).await;
     // The third send fails: the sink fails after two deliveries.
     let failing_after_two = FailAfter::new(sink.clone(), 2);
     assert_eq!(
@@ -358,21 +391,7 @@ async fn delivers_dotnet_rows(shape: Shape) {
     let message_id = Uuid::parse_str("7c740000-a5be-c025-8e9a-08dabc788911").unwrap();
     let c = |n: &str| tdb.c(n);
     let now = Some(chrono::Utc::now());
-    let insert_state = format!(
-        "INSERT INTO {} ({}, {}, {}) VALUES ($1, '00000000-0000-0000-0000-000000000000', $2)",
-        tdb.t("state"),
-        c("OutboxId"),
-        c("LockId"),
-        c("Created")
-    );
-    tdb.db
-        .execute(Statement::from_sql_and_values(
-            DbBackend::Postgres,
-            insert_state,
-            [outbox_id.into(), tdb.ts(now)],
-        ))
-        .await
-        .unwrap();
+    insert_dotnet_state(&tdb, outbox_id, now, None).await;
     let insert_message = format!(
         "INSERT INTO {} ({}, {}, {}, {}, {}, {}, {}, {}, {}, {}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         tdb.t("message"), c("OutboxId"), c("SentTime"), c("Headers"), c("Properties"), c("MessageId"),
@@ -567,36 +586,10 @@ async fn passes_resume_large_outboxes_and_remove_delivered_states(shape: Shape) 
         .await
         .messages_per_outbox(3);
     let outbox = outbox(&storage);
-    let txn = tdb.db.begin().await.unwrap();
-    let order_id = Uuid::new_v4();
-    let mut ids = Vec::new();
-    for seq in 1..=7 {
-        ids.push(
-            outbox
-                .on(&txn)
-                .publish(&InvoiceCreated { order_id, seq })
-                .await
-                .unwrap(),
-        );
-    }
-    txn.commit().await.unwrap();
+    let ids = publish_committed(&tdb, &outbox, 7).await;
     let delivered_id = Uuid::new_v4();
-    let insert_state = format!(
-        "INSERT INTO {} ({}, {}, {}, {}) VALUES ($1, '00000000-0000-0000-0000-000000000000', $2, $2)",
-        tdb.t("state"),
-        tdb.c("OutboxId"),
-        tdb.c("LockId"),
-        tdb.c("Created"),
-        tdb.c("Delivered")
-    );
-    tdb.db
-        .execute(Statement::from_sql_and_values(
-            DbBackend::Postgres,
-            insert_state,
-            [delivered_id.into(), tdb.ts(Some(chrono::Utc::now()))],
-        ))
-        .await
-        .unwrap();
+    let now = Some(chrono::Utc::now());
+    insert_dotnet_state(&tdb, delivered_id, now, now).await;
     let sink = Arc::new(RecordingSink::default());
     let mut per_pass = Vec::new();
     for _ in 0..4 {
@@ -627,20 +620,7 @@ async fn pipelined_delivery_keeps_each_outbox_in_order() {
     let outbox = outbox(&storage);
     let mut expected = Vec::new();
     for _ in 0..4 {
-        let txn = tdb.db.begin().await.unwrap();
-        let order_id = Uuid::new_v4();
-        let mut ids = Vec::new();
-        for seq in 1..=10 {
-            ids.push(
-                outbox
-                    .on(&txn)
-                    .publish(&InvoiceCreated { order_id, seq })
-                    .await
-                    .unwrap(),
-            );
-        }
-        txn.commit().await.unwrap();
-        expected.push(ids);
+        expected.push(publish_committed(&tdb, &outbox, 10).await);
     }
     let background = storage.start(Arc::new(sink.clone()));
     wait_until_outbox_drained(&storage, WAIT).await.unwrap();

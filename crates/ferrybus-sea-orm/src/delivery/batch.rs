@@ -1,23 +1,21 @@
 //! One delivery pass: claim outboxes, send their messages in order, delete what was sent.
 
 use futures::future::join_all;
-use sea_orm::{ConnectionTrait, DatabaseTransaction, FromQueryResult};
+use sea_orm::{ConnectionTrait, DatabaseTransaction, FromQueryResult, IdenStatic};
 use uuid::Uuid;
 
 use crate::delivery::OutboxDeliveryService;
+use crate::entity::outbox_message::Column as MessageColumn;
 use crate::error::StoreError;
 use crate::send::send_in_order;
 use crate::sql::{read_message, ClaimedOutbox, StoredRow};
-
-/// The result column that is `NULL` on the row of a claimed outbox with no message left.
-const SEQUENCE_NUMBER: &str = "sequence_number";
+use crate::telemetry::{timed, OUTBOX_STAGE_SECONDS as STAGE};
 
 /// One claimed outbox and its unsent messages of this pass.
 struct Claimed {
     outbox: ClaimedOutbox,
     rows: Vec<StoredRow>,
 }
-use crate::telemetry::{timed, OUTBOX_STAGE_SECONDS as STAGE};
 
 /// What one pass did.
 #[derive(Debug, Default)]
@@ -117,10 +115,12 @@ impl OutboxDeliveryService {
             self.config.messages_per_outbox,
         );
         let rows = txn.query_all(statement).await?;
+        // A claimed outbox with no message left comes as one row whose message is NULL.
+        let sequence_number = MessageColumn::SequenceNumber.as_str();
         let mut claimed: Vec<Claimed> = Vec::new();
         for row in &rows {
             let outbox = ClaimedOutbox::from_query_result(row, "")?;
-            let message = match row.try_get::<Option<i64>>("", SEQUENCE_NUMBER)? {
+            let message = match row.try_get::<Option<i64>>("", sequence_number)? {
                 Some(_) => Some(read_message(row)?),
                 None => None,
             };

@@ -1,12 +1,11 @@
 //! `LISTEN` on the outbox channel; every notification wakes one idle worker.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use sea_orm::sqlx::postgres::PgListener;
 use sea_orm::sqlx::PgPool;
 use sea_orm::DatabaseConnection;
-use std::sync::Arc;
-
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 

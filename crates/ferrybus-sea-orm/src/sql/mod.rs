@@ -14,8 +14,8 @@ use chrono::{DateTime, Utc};
 use ferrybus_core::OutgoingMessage;
 use sea_orm::sea_query::{
     extension::postgres::PgExpr, Alias, Asterisk, CommonTableExpression, Expr, Func, IntoIden,
-    LockBehavior, LockType, OnConflict, Order, PgFunc, Query, SelectStatement, SimpleExpr,
-    TableRef,
+    JoinType, LockBehavior, LockType, OnConflict, Order, PgFunc, Query, SelectStatement,
+    SimpleExpr, TableRef,
 };
 use sea_orm::{
     ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, FromQueryResult,
@@ -738,8 +738,8 @@ impl Sql {
     /// rows other workers hold, and reads their unsent messages in the same statement: at most
     /// `per_outbox + 1` each (one more tells whether the outbox is complete), in sequence order.
     ///
-    /// One row per message ([`ClaimedRow`]), or one with no message for a claimed outbox that
-    /// has none left. The claim is a CTE (`… LIMIT n FOR UPDATE SKIP LOCKED`); each claimed
+    /// One row per message ([`ClaimedOutbox`] plus the message's columns), or one whose message
+    /// columns are NULL for a claimed outbox that has none left. The claim is a CTE (`… LIMIT n FOR UPDATE SKIP LOCKED`); each claimed
     /// outbox's messages come from a `LEFT JOIN LATERAL` on the (`OutboxId`, `SequenceNumber`)
     /// index, after the locked state's `LastSequenceNumber`.
     pub(crate) fn claim_outboxes(
@@ -805,12 +805,7 @@ impl Sql {
         }
         query
             .from(c.clone())
-            .join_lateral(
-                sea_orm::sea_query::JoinType::LeftJoin,
-                messages,
-                x.clone(),
-                Expr::cust("TRUE"),
-            )
+            .join_lateral(JoinType::LeftJoin, messages, x.clone(), Expr::cust("TRUE"))
             .order_by((c.clone(), alias("fb_outbox_id")), Order::Asc)
             .order_by((x, seq), Order::Asc);
         query.with_cte(
