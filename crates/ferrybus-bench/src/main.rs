@@ -30,6 +30,7 @@
 mod baseline;
 mod billing;
 mod broker;
+mod cpu;
 mod db;
 mod ferry;
 mod growth;
@@ -80,6 +81,14 @@ struct Args {
     /// Orders per billing run (billing, billing-growth).
     #[arg(long, default_value_t = 4000)]
     billing_orders: usize,
+    /// Which sides of billing run (one alone, to profile it; the ratio then needs both).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "twin,ferrybus"
+    )]
+    billing_sides: Vec<billing::Side>,
     /// Delivered rows put in `InboxState` before billing-growth's second run.
     #[arg(long, default_value_t = 5_000_000)]
     growth_inbox_rows: u64,

@@ -19,6 +19,9 @@ pub enum StoreErrorKind {
     MissingMessageId,
     /// The consumer kept a clone of the inbox transaction after it returned.
     TransactionHeld,
+    /// The consumer returned `Ok`, but its last statement had failed, which aborted the inbox
+    /// transaction: nothing was committed.
+    TransactionAborted,
     /// Sending an outbox message through the sink failed.
     Send,
     /// The configuration does not match the database.
@@ -35,6 +38,7 @@ impl StoreErrorKind {
             StoreErrorKind::Decode => "cannot read outbox row",
             StoreErrorKind::MissingMessageId => "message has no message id",
             StoreErrorKind::TransactionHeld => "consumer kept the inbox transaction",
+            StoreErrorKind::TransactionAborted => "inbox transaction aborted",
             StoreErrorKind::Send => "sending an outbox message failed",
             StoreErrorKind::Config => "configuration error",
             StoreErrorKind::Timeout => "timed out",

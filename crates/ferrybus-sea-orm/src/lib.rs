@@ -81,6 +81,7 @@
 mod background;
 mod cleanup;
 mod config;
+mod connections;
 mod consumer_outbox;
 mod delivery;
 pub mod entity;

@@ -12,6 +12,7 @@ use uuid::Uuid;
 
 use crate::cleanup::{CleanupConfig, InboxCleanup};
 use crate::config::{StorageConfig, Tables};
+use crate::connections::Connections;
 use crate::delivery::{DeliveryConfig, OutboxDeliveryService};
 use crate::error::StoreError;
 use crate::inbox::{BatchInboxLayer, Handoff, InboxConfig, InboxLayer};
@@ -57,6 +58,8 @@ pub struct PostgresStorage {
     deliver_before_ack: bool,
     /// The after-commit sender, shared by the clones a bus holds and their inbox layers.
     handoff: Arc<Handoff>,
+    /// The connections inbox deliveries run on, kept between deliveries; shared likewise.
+    connections: Arc<Connections>,
     /// The storage settings once the tables were looked at (the time column type). Shared by
     /// the clones a bus holds; changing the tables or the channel starts afresh.
     prepared: Arc<RwLock<Option<StorageConfig>>>,
@@ -79,7 +82,6 @@ impl PostgresStorage {
     pub fn new(db: DatabaseConnection) -> Self {
         let base = StorageConfig::new(Tables::new());
         Self {
-            db,
             tables: Tables::new(),
             channel: None,
             migrate: false,
@@ -88,7 +90,9 @@ impl PostgresStorage {
             cleanup: Some(CleanupConfig::new(base)),
             deliver_before_ack: false,
             handoff: Arc::default(),
+            connections: Arc::new(Connections::new(&db)),
             prepared: Arc::default(),
+            db,
         }
     }
 
@@ -357,7 +361,7 @@ impl Storage for PostgresStorage {
     fn inbox_layer(&self) -> BoxConsumeLayer {
         let config = self.inbox.clone().with_storage(self.config());
         BoxConsumeLayer::new(InboxLayer::new(
-            self.db.clone(),
+            self.connections.clone(),
             config,
             self.handoff.clone(),
         ))
@@ -366,7 +370,7 @@ impl Storage for PostgresStorage {
     fn batch_inbox_layer(&self) -> Option<BoxBatchLayer> {
         let config = self.inbox.clone().with_storage(self.config());
         Some(BoxBatchLayer::new(BatchInboxLayer::new(
-            self.db.clone(),
+            self.connections.clone(),
             config,
             self.handoff.clone(),
         )))
@@ -394,7 +398,8 @@ impl Storage for PostgresStorage {
             .clone()
             .map(|c| InboxCleanup::new(self.db.clone(), c.with_storage(self.config())).spawn())
             .unwrap_or_default();
-        handoff.join(delivery).join(cleanup)
+        let connections = self.connections.spawn_reaper();
+        handoff.join(delivery).join(cleanup).join(connections)
     }
 
     /// Connection failures, pool timeouts and PostgreSQL shutting down or starting up (see

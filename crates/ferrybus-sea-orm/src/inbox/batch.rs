@@ -21,19 +21,19 @@ use std::task::{Context, Poll};
 use chrono::Utc;
 use ferrybus_core::{BatchRequest, BoxBatchService, ConsumeError, ConsumeOutcome, ConsumeRequest};
 use futures::future::BoxFuture;
-use sea_orm::{ConnectionTrait, DatabaseConnection};
+use sea_orm::ConnectionTrait;
 use tower::{Layer, Service, ServiceExt};
 use tracing::Instrument;
 
+use crate::connections::Connections;
 use crate::consumer_outbox::{self, InboxKey};
 use crate::error::{StoreError, StoreErrorKind};
-use crate::inbox::context::InboxTransaction;
-use crate::inbox::flow::{claim, count_duplicate, deliver_after_commit, rollback, Claim};
+use crate::inbox::flow::{begin, claim, count_duplicate, deliver_after_commit, rollback, Claim};
 use crate::inbox::handoff::Committed;
 use crate::inbox::layer::Shared;
 use crate::inbox::sink::CaptureSink;
 use crate::inbox::{Handoff, InboxConfig};
-use crate::sql::{Begin, StoredRow};
+use crate::sql::StoredRow;
 use crate::telemetry::{timed, INBOX_STAGE_SECONDS as STAGE};
 
 /// The batch inbox as a tower layer over a batch pipeline (see the [module docs](self)).
@@ -43,15 +43,13 @@ pub(crate) struct BatchInboxLayer {
 }
 
 impl BatchInboxLayer {
-    pub(crate) fn new(db: DatabaseConnection, config: InboxConfig, handoff: Arc<Handoff>) -> Self {
+    pub(crate) fn new(
+        connections: Arc<Connections>,
+        config: InboxConfig,
+        handoff: Arc<Handoff>,
+    ) -> Self {
         Self {
-            shared: Arc::new(Shared {
-                db,
-                config,
-                begin: Begin::new(),
-                handoff,
-                publishes: std::sync::atomic::AtomicBool::new(false),
-            }),
+            shared: Arc::new(Shared::new(connections, config, handoff)),
         }
     }
 }
@@ -121,7 +119,7 @@ async fn handle(
         .map(|item| key_of(&shared, item))
         .collect::<Result<Vec<_>, _>>()?;
     let sql = shared.config.storage().sql();
-    let txn = timed(STAGE, "begin", shared.begin.read_committed(&shared.db))
+    let txn = timed(STAGE, "begin", begin(&shared))
         .await
         .map_err(StoreError::into_consume_error)?;
     let mut order: Vec<usize> = (0..keys.len()).collect();
@@ -167,9 +165,7 @@ async fn handle(
         })
         .collect();
     let Some(&(last, _)) = kept.last() else {
-        txn.commit()
-            .await
-            .map_err(|e| StoreError::database(e).into_consume_error())?;
+        txn.commit().await.map_err(StoreError::into_consume_error)?;
         return Ok(outcomes);
     };
     request.retain(|i| runs[i]);
@@ -177,21 +173,13 @@ async fn handle(
     let transport = request.context().sink().clone();
     let capture = CaptureSink::new();
     request.set_sink(Arc::new(capture.clone()));
-    let txn = Arc::new(txn);
     for item in request.requests_mut() {
-        item.extensions_mut().insert(InboxTransaction(txn.clone()));
+        item.extensions_mut().insert(txn.clone());
     }
     let result = timed(STAGE, "consume", inner.oneshot(request)).await;
     let messages = capture.take();
-    let Ok(txn) = Arc::try_unwrap(txn) else {
-        let error = StoreError::new(
-            StoreErrorKind::TransactionHeld,
-            "the batch consumer kept the inbox transaction",
-        );
-        return Err(error.into_consume_error());
-    };
     if let Err(error) = result {
-        let _ = txn.rollback().await;
+        txn.rollback().await;
         return Err(error);
     }
     let written = timed(
@@ -206,7 +194,7 @@ async fn handle(
     };
     timed(STAGE, "commit", txn.commit())
         .await
-        .map_err(|e| StoreError::database(e).into_consume_error())?;
+        .map_err(StoreError::into_consume_error)?;
     if messages.is_empty() {
         return Ok(outcomes);
     }

@@ -1,25 +1,13 @@
 //! How a consumer reaches the inbox transaction: [`TransactionExt`].
 
-use std::sync::Arc;
-
 use ferrybus_core::{ConsumeContext, ConsumeRequest, Message};
-use sea_orm::DatabaseTransaction;
 
-/// The open inbox transaction, put into the request extensions by the
-/// inbox of an endpoint that calls `.inbox()` on a bus with a
-/// [`PostgresStorage`](crate::PostgresStorage). Read it with [`TransactionExt`].
-#[derive(Clone, Debug)]
-pub struct InboxTransaction(pub(crate) Arc<DatabaseTransaction>);
-
-impl InboxTransaction {
-    /// The transaction.
-    pub fn get(&self) -> &DatabaseTransaction {
-        &self.0
-    }
-}
+use crate::inbox::InboxTransaction;
 
 /// Gives consumers the inbox's open transaction: their writes commit together with the inbox
-/// row and the messages they publish, or roll back together.
+/// row and the messages they publish, or roll back together. The inbox puts it into the request
+/// extensions of an endpoint that calls `.inbox()` on a bus with a
+/// [`PostgresStorage`](crate::PostgresStorage).
 ///
 /// Use it only while the consumer runs: do not clone the [`InboxTransaction`] out of the
 /// context or move it into a spawned task. The layer takes the transaction back when the
@@ -48,34 +36,32 @@ impl InboxTransaction {
 /// ```
 pub trait TransactionExt {
     /// The inbox transaction, if the consumer runs behind the inbox (`.inbox()` on its endpoint).
-    fn try_transaction(&self) -> Option<&DatabaseTransaction>;
+    fn try_transaction(&self) -> Option<&InboxTransaction>;
 
     /// The inbox transaction.
     ///
     /// # Panics
     /// When the endpoint does not use the inbox (no `.inbox()`, or no storage on the bus).
-    fn transaction(&self) -> &DatabaseTransaction {
+    fn transaction(&self) -> &InboxTransaction {
         self.try_transaction().expect(
             "no inbox transaction: call .inbox() on the endpoint (the bus needs a PostgresStorage)",
         )
     }
 
     /// The inbox transaction (short name of [`TransactionExt::transaction`]).
-    fn db(&self) -> &DatabaseTransaction {
+    fn db(&self) -> &InboxTransaction {
         self.transaction()
     }
 }
 
 impl TransactionExt for ConsumeRequest {
-    fn try_transaction(&self) -> Option<&DatabaseTransaction> {
-        self.extensions()
-            .get::<InboxTransaction>()
-            .map(InboxTransaction::get)
+    fn try_transaction(&self) -> Option<&InboxTransaction> {
+        self.extensions().get::<InboxTransaction>()
     }
 }
 
 impl<M: Message> TransactionExt for ConsumeContext<M> {
-    fn try_transaction(&self) -> Option<&DatabaseTransaction> {
+    fn try_transaction(&self) -> Option<&InboxTransaction> {
         self.request().try_transaction()
     }
 }

@@ -5,18 +5,18 @@ use std::sync::Arc;
 
 use chrono::Utc;
 use ferrybus_core::{ConsumeError, ConsumeOutcome, ConsumeRequest, OutgoingMessage, SharedSink};
-use sea_orm::{ConnectionTrait, DatabaseTransaction, FromQueryResult};
+use sea_orm::{ConnectionTrait, FromQueryResult};
 use tower::{Service, ServiceExt};
 use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::consumer_outbox::{self, InboxKey};
 use crate::error::{StoreError, StoreErrorKind};
-use crate::inbox::context::InboxTransaction;
 use crate::inbox::handoff::Committed;
 use crate::inbox::layer::Shared;
 use crate::inbox::sink::CaptureSink;
-use crate::sql::{RowState, Sql, StoredRow};
+use crate::inbox::InboxTransaction;
+use crate::sql::{RowState, Sql, StoredRow, BEGIN_READ_COMMITTED};
 use crate::telemetry::{
     timed, INBOX_DUPLICATES_TOTAL, INBOX_RECOVERED_TOTAL, INBOX_STAGE_SECONDS as STAGE,
 };
@@ -73,15 +73,11 @@ where
     S::Future: Send,
 {
     let sql = shared.config.storage().sql();
-    let txn = timed(STAGE, "begin", shared.begin.read_committed(&shared.db))
-        .await
-        .map_err(StoreError::into_consume_error)?;
     // Guess from the last delivery whether this one publishes (see `RunRow`).
     let pending = shared.publishes.load(Ordering::Relaxed);
-    let claim = match timed(STAGE, "claim", claim(&txn, sql, key, pending)).await {
-        Ok(claim) => claim,
-        Err(error) => return Err(rollback(txn, error).await),
-    };
+    let (txn, claim) = timed(STAGE, "claim", begin_claim(&shared, sql, key, pending))
+        .await
+        .map_err(StoreError::into_consume_error)?;
     match claim {
         Claim::Run { row } => {
             ferrybus_core::instrument::record_inbox_decision("run");
@@ -105,10 +101,8 @@ where
     }
 }
 
-pub(super) async fn rollback(txn: DatabaseTransaction, error: StoreError) -> ConsumeError {
-    if let Err(e) = txn.rollback().await {
-        tracing::warn!(target: "ferrybus::inbox", error = %e, "rollback failed");
-    }
+pub(super) async fn rollback(txn: InboxTransaction, error: StoreError) -> ConsumeError {
+    txn.rollback().await;
     error.into_consume_error()
 }
 
@@ -133,11 +127,59 @@ impl RunRow {
     }
 }
 
-/// Inserts the inbox row, or locks the existing one (a concurrent first copy makes this wait
-/// on the unique index until it commits or rolls back).
+/// Begins the delivery's transaction with its inbox row: `BEGIN` and the insert travel
+/// together (one round trip); when the row exists, locks it (waiting for a concurrent first
+/// copy to commit or roll back) and reads its state.
 /// A new row is inserted not delivered when `pending` (the consumer is expected to publish).
+async fn begin_claim(
+    shared: &Shared,
+    sql: &Sql,
+    key: InboxKey,
+    pending: bool,
+) -> Result<(InboxTransaction, Claim), StoreError> {
+    let begin = sql.begin_with_inbox_insert(key, Uuid::new_v4(), Utc::now(), pending);
+    let (txn, inserted) = InboxTransaction::begin(&shared.connections, &begin).await?;
+    if inserted == 1 {
+        return Ok((
+            txn,
+            Claim::Run {
+                row: new_row(pending),
+            },
+        ));
+    }
+    let claimed = match relock(&txn, sql, key).await {
+        Ok(Some(claim)) => Ok(claim),
+        // The row was deleted since (cleanup): insert again.
+        Ok(None) => claim(&txn, sql, key, pending).await,
+        Err(error) => Err(error),
+    };
+    match claimed {
+        Ok(claim) => Ok((txn, claim)),
+        Err(error) => {
+            txn.rollback().await;
+            Err(error)
+        }
+    }
+}
+
+/// Begins a transaction on one of the inbox's connections (no first statement).
+pub(super) async fn begin(shared: &Shared) -> Result<InboxTransaction, StoreError> {
+    let (txn, _) = InboxTransaction::begin(&shared.connections, BEGIN_READ_COMMITTED).await?;
+    Ok(txn)
+}
+
+fn new_row(pending: bool) -> RunRow {
+    if pending {
+        RunRow::Pending
+    } else {
+        RunRow::Delivered
+    }
+}
+
+/// Inserts the inbox row in an open transaction, or locks the existing one (see
+/// [`begin_claim`]).
 pub(super) async fn claim(
-    txn: &DatabaseTransaction,
+    txn: &InboxTransaction,
     sql: &Sql,
     key: InboxKey,
     pending: bool,
@@ -150,24 +192,12 @@ pub(super) async fn claim(
             .rows_affected()
             == 1
         {
-            let row = if pending {
-                RunRow::Pending
-            } else {
-                RunRow::Delivered
-            };
-            return Ok(Claim::Run { row });
-        }
-        if let Some(row) = txn.query_one(sql.inbox_relock(key, lock_id)).await? {
-            let state = RowState::from_query_result(&row, "")?;
-            return Ok(match (state.consumed, state.delivered) {
-                (false, _) => Claim::Run {
-                    row: RunRow::Unconsumed,
-                },
-                (true, false) => Claim::Recover {
-                    after: state.last_sequence_number,
-                },
-                (true, true) => Claim::Duplicate,
+            return Ok(Claim::Run {
+                row: new_row(pending),
             });
+        }
+        if let Some(claim) = relock(txn, sql, key).await? {
+            return Ok(claim);
         }
         // The row was deleted between the two statements (cleanup): insert again.
     }
@@ -177,14 +207,34 @@ pub(super) async fn claim(
     ))
 }
 
+/// Takes the existing inbox row (new `LockId`, one more receive) and says what to do; `None`
+/// when there is no row.
+async fn relock(
+    txn: &InboxTransaction,
+    sql: &Sql,
+    key: InboxKey,
+) -> Result<Option<Claim>, StoreError> {
+    let Some(row) = txn.query_one(sql.inbox_relock(key, Uuid::new_v4())).await? else {
+        return Ok(None);
+    };
+    let state = RowState::from_query_result(&row, "")?;
+    Ok(Some(match (state.consumed, state.delivered) {
+        (false, _) => Claim::Run {
+            row: RunRow::Unconsumed,
+        },
+        (true, false) => Claim::Recover {
+            after: state.last_sequence_number,
+        },
+        (true, true) => Claim::Duplicate,
+    }))
+}
+
 async fn duplicate(
     request: &ConsumeRequest,
     key: InboxKey,
-    txn: DatabaseTransaction,
+    txn: InboxTransaction,
 ) -> Result<ConsumeOutcome, ConsumeError> {
-    txn.commit()
-        .await
-        .map_err(|e| StoreError::database(e).into_consume_error())?;
+    txn.commit().await.map_err(StoreError::into_consume_error)?;
     tracing::info!(
         target: "ferrybus::inbox",
         message_id = %key.message_id,
@@ -210,7 +260,7 @@ async fn consume<S>(
     mut request: ConsumeRequest,
     key: InboxKey,
     row: RunRow,
-    txn: DatabaseTransaction,
+    txn: InboxTransaction,
 ) -> Result<ConsumeOutcome, ConsumeError>
 where
     S: Service<ConsumeRequest, Response = ConsumeOutcome, Error = ConsumeError> + Send,
@@ -220,26 +270,16 @@ where
     let transport = request.sink().clone();
     let capture = CaptureSink::new();
     request.set_sink(Arc::new(capture.clone()));
-    let txn = Arc::new(txn);
-    request
-        .extensions_mut()
-        .insert(InboxTransaction(txn.clone()));
+    request.extensions_mut().insert(txn.clone());
     let result = timed(STAGE, "consume", async move {
         inner.ready().await?.call(request).await
     })
     .await;
     let messages = capture.take();
-    let Ok(txn) = Arc::try_unwrap(txn) else {
-        let error = StoreError::new(
-            StoreErrorKind::TransactionHeld,
-            "the consumer kept the inbox transaction",
-        );
-        return Err(error.into_consume_error());
-    };
     let outcome = match result {
         Ok(outcome) => outcome,
         Err(error) => {
-            let _ = txn.rollback().await;
+            txn.rollback().await;
             return Err(error);
         }
     };
@@ -249,7 +289,7 @@ where
     };
     timed(STAGE, "commit", txn.commit())
         .await
-        .map_err(|e| StoreError::database(e).into_consume_error())?;
+        .map_err(StoreError::into_consume_error)?;
     shared
         .publishes
         .store(!messages.is_empty(), Ordering::Relaxed);
@@ -286,7 +326,7 @@ where
 /// inserted the right way; otherwise the outbox insert also marks the row (one statement), or
 /// one update marks it consumed and delivered.
 async fn write(
-    txn: &DatabaseTransaction,
+    txn: &InboxTransaction,
     sql: &Sql,
     key: InboxKey,
     row: RunRow,
@@ -315,19 +355,41 @@ pub(super) async fn deliver_after_commit(
     rows: Vec<StoredRow>,
 ) -> Result<(), StoreError> {
     let sql = shared.config.storage().sql();
-    let txn = shared.begin.read_committed(&shared.db).await?;
+    let txn = begin(shared).await?;
     let async_commit = shared.config.is_async_delivered_commit();
-    let state = consumer_outbox::lock(&txn, sql, key, async_commit).await?;
+    let state = match consumer_outbox::lock(&txn, sql, key, async_commit).await {
+        Ok(state) => state,
+        Err(error) => {
+            txn.rollback().await;
+            return Err(error);
+        }
+    };
     let Some(state) = state.filter(|s| !s.delivered) else {
-        txn.commit().await?;
-        return Ok(());
+        return txn.commit().await;
     };
     let after = state.last_sequence_number.unwrap_or(0);
     let rows = rows.into_iter().filter(|r| r.seq > after).collect();
     let pipelined = shared.config.is_pipelined();
     let result = consumer_outbox::deliver(&txn, sql, sink, key, rows, pipelined, "consumer").await;
-    txn.commit().await?;
-    result.map(drop)
+    finish(txn, result).await
+}
+
+/// Commits what `deliver` recorded (also after a failed send: its progress), then reports the
+/// send's result; a statement of its own that failed rolls back instead.
+async fn finish(
+    txn: InboxTransaction,
+    result: Result<usize, StoreError>,
+) -> Result<(), StoreError> {
+    match result {
+        Err(error) if error.kind() == StoreErrorKind::Database => {
+            txn.rollback().await;
+            Err(error)
+        }
+        result => {
+            txn.commit().await?;
+            result.map(drop)
+        }
+    }
 }
 
 /// A consumed but undelivered entry (an earlier attempt crashed or failed to send): send the
@@ -337,9 +399,15 @@ async fn recover(
     sink: &SharedSink,
     key: InboxKey,
     after: Option<i64>,
-    txn: DatabaseTransaction,
+    txn: InboxTransaction,
 ) -> Result<(), StoreError> {
-    let rows = consumer_outbox::load(&txn, sql, key, after).await?;
+    let rows = match consumer_outbox::load(&txn, sql, key, after).await {
+        Ok(rows) => rows,
+        Err(error) => {
+            txn.rollback().await;
+            return Err(error);
+        }
+    };
     tracing::info!(
         target: "ferrybus::inbox",
         pending = rows.len(),
@@ -348,6 +416,5 @@ async fn recover(
     metrics::counter!(INBOX_RECOVERED_TOTAL).increment(1);
     ferrybus_core::instrument::record_inbox_decision("recover");
     let result = consumer_outbox::deliver(&txn, sql, sink, key, rows, false, "consumer").await;
-    txn.commit().await?;
-    result.map(drop)
+    finish(txn, result).await
 }

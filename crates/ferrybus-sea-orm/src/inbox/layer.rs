@@ -3,11 +3,10 @@
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use sea_orm::DatabaseConnection;
 use tower::Layer;
 
+use crate::connections::Connections;
 use crate::inbox::{Handoff, Inbox, InboxConfig};
-use crate::sql::Begin;
 
 /// The inbox + consumer outbox as a tower layer. Add it with `EndpointConfig::layer`; put it
 /// inside retry (retry is always outermost), so each attempt gets a new transaction.
@@ -19,9 +18,10 @@ pub(crate) struct InboxLayer {
 
 #[derive(Debug)]
 pub(crate) struct Shared {
-    pub(crate) db: DatabaseConnection,
+    /// The connections deliveries run their transactions on (the storage's, shared by its
+    /// endpoints).
+    pub(crate) connections: Arc<Connections>,
     pub(crate) config: InboxConfig,
-    pub(crate) begin: Begin,
     /// The after-commit sender of the storage (acknowledge before sending while it runs).
     pub(crate) handoff: Arc<Handoff>,
     /// Whether the last delivery published: the next inbox row is inserted "not delivered"
@@ -30,16 +30,29 @@ pub(crate) struct Shared {
 }
 
 impl InboxLayer {
-    /// An inbox using connections from `db` (one per message being consumed).
-    pub(crate) fn new(db: DatabaseConnection, config: InboxConfig, handoff: Arc<Handoff>) -> Self {
+    /// An inbox running each delivery on one of `connections`.
+    pub(crate) fn new(
+        connections: Arc<Connections>,
+        config: InboxConfig,
+        handoff: Arc<Handoff>,
+    ) -> Self {
         Self {
-            shared: Arc::new(Shared {
-                db,
-                config,
-                begin: Begin::new(),
-                handoff,
-                publishes: AtomicBool::new(false),
-            }),
+            shared: Arc::new(Shared::new(connections, config, handoff)),
+        }
+    }
+}
+
+impl Shared {
+    pub(crate) fn new(
+        connections: Arc<Connections>,
+        config: InboxConfig,
+        handoff: Arc<Handoff>,
+    ) -> Self {
+        Self {
+            connections,
+            config,
+            handoff,
+            publishes: AtomicBool::new(false),
         }
     }
 }

@@ -1,7 +1,8 @@
 //! The inbox and consumer outbox: one READ COMMITTED transaction per delivery.
 //!
 //! ```text
-//! BEGIN ─ INSERT inbox row (consumed = delivered = now) ON CONFLICT DO NOTHING
+//! BEGIN + INSERT inbox row (consumed; delivered = now, or NULL when the last delivery
+//!         published) ON CONFLICT DO NOTHING, one round trip on a kept connection
 //!         ─┬─ inserted ─────────────▶ run consumer
 //!          └─ exists: lock (UPDATE) ─┬─ not consumed ▶ run consumer (older row: marked afterwards)
 //!                                    ├─ consumed, not delivered ▶ send rest, finish
@@ -25,6 +26,7 @@ mod flow;
 mod handoff;
 mod layer;
 mod sink;
+mod transaction;
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -35,9 +37,10 @@ use tower::Service;
 
 pub(crate) use batch::BatchInboxLayer;
 pub(crate) use config::InboxConfig;
-pub use context::{InboxTransaction, TransactionExt};
+pub use context::TransactionExt;
 pub(crate) use handoff::Handoff;
 pub(crate) use layer::InboxLayer;
+pub use transaction::InboxTransaction;
 
 use layer::Shared;
 

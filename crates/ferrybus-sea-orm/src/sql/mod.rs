@@ -138,21 +138,65 @@ const TEMPLATED_MESSAGES: usize = 8;
 #[derive(Debug, Default)]
 struct Templates {
     inbox_insert: OnceLock<String>,
+    /// `inbox_insert`'s text cut at its placeholders, for [`Sql::begin_with_inbox_insert`].
+    inbox_insert_text: OnceLock<Inline>,
     /// By message count − 1, then with (`[1]`) or without the inbox-row update.
     inbox_messages: [[OnceLock<String>; 2]; TEMPLATED_MESSAGES],
 }
 
-/// `template`'s text bound to `values()`, once a first build was kept ([`remember`]).
-fn from_template(
-    template: &OnceLock<String>,
-    values: impl FnOnce() -> Vec<Value>,
-) -> Option<Statement> {
-    let sql = template.get()?;
-    Some(Statement::from_sql_and_values(
-        DbBackend::Postgres,
-        sql.as_str(),
-        values(),
-    ))
+/// Starts a READ COMMITTED transaction whatever the server's default is (a waiter on a row
+/// lock then sees the committed row instead of failing with a serialization error).
+pub(crate) const BEGIN_READ_COMMITTED: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
+
+/// A statement's text cut at its placeholders (`$1` …), to be written out with literal values.
+#[derive(Debug)]
+struct Inline {
+    /// Text, then the 0-based index of the value that follows it (none after the last piece).
+    pieces: Vec<(String, Option<usize>)>,
+}
+
+impl Inline {
+    /// Cuts `sql` at every `$n` outside quoted identifiers and string literals.
+    fn parse(sql: &str) -> Self {
+        let mut pieces = Vec::new();
+        let mut text = String::new();
+        let mut quote: Option<char> = None;
+        let mut chars = sql.chars().peekable();
+        while let Some(c) = chars.next() {
+            match (quote, c) {
+                (Some(q), c) if c == q => quote = None,
+                (None, '"' | '\'') => quote = Some(c),
+                (None, '$') if chars.peek().is_some_and(char::is_ascii_digit) => {
+                    let mut n = 0usize;
+                    while let Some(d) = chars.peek().and_then(|c| c.to_digit(10)) {
+                        n = n * 10 + d as usize;
+                        chars.next();
+                    }
+                    pieces.push((std::mem::take(&mut text), Some(n - 1)));
+                    continue;
+                }
+                _ => {}
+            }
+            text.push(c);
+        }
+        pieces.push((text, None));
+        Self { pieces }
+    }
+
+    /// `prefix; ` and the statement with `values` written as literals by sea-query.
+    fn write(&self, prefix: &str, values: &[Value]) -> String {
+        use sea_orm::sea_query::{PostgresQueryBuilder, QueryBuilder};
+        let mut out = String::with_capacity(prefix.len() + 2 + 512);
+        out.push_str(prefix);
+        out.push_str("; ");
+        for (text, value) in &self.pieces {
+            out.push_str(text);
+            if let Some(value) = value.and_then(|i| values.get(i)) {
+                out.push_str(&PostgresQueryBuilder.value_to_string(value));
+            }
+        }
+        out
+    }
 }
 
 /// Keeps the text of `rendered` (a first build with sea-query) in `template`.
@@ -279,26 +323,66 @@ impl Sql {
         now: DateTime<Utc>,
         pending: bool,
     ) -> Statement {
-        let n = &self.names;
-        let delivered = n.ts_value((!pending).then_some(now));
-        let values = || {
-            vec![
-                key.message_id.into(),
-                key.consumer_id.into(),
-                lock_id.into(),
-                n.ts_value(Some(now)),
-                0i32.into(),
-                n.ts_value(Some(now)),
-                delivered.clone(),
-            ]
-        };
+        let values = self.inbox_insert_values(key, lock_id, now, pending);
         let template = &self.templates.inbox_insert;
-        from_template(template, values).unwrap_or_else(|| {
-            remember(
+        match template.get() {
+            Some(sql) => Statement::from_sql_and_values(DbBackend::Postgres, sql.as_str(), values),
+            None => remember(
                 template,
-                self.render_inbox_insert(key, lock_id, now, delivered.clone()),
-            )
-        })
+                self.render_inbox_insert(key, lock_id, now, values),
+            ),
+        }
+    }
+
+    /// The values [`Sql::inbox_insert`] binds, in order.
+    fn inbox_insert_values(
+        &self,
+        key: InboxKey,
+        lock_id: Uuid,
+        now: DateTime<Utc>,
+        pending: bool,
+    ) -> Vec<Value> {
+        let n = &self.names;
+        vec![
+            key.message_id.into(),
+            key.consumer_id.into(),
+            lock_id.into(),
+            n.ts_value(Some(now)),
+            0i32.into(),
+            n.ts_value(Some(now)),
+            n.ts_value((!pending).then_some(now)),
+        ]
+    }
+
+    /// `BEGIN ISOLATION LEVEL READ COMMITTED` and [`Sql::inbox_insert`] as one simple-query
+    /// text, so that a delivery's transaction and its inbox row take one round trip. The only
+    /// statement with values written into its text: uuids, timestamps and an integer, written by
+    /// sea-query (no strings, nothing from the message but its id, already parsed as a uuid).
+    pub(crate) fn begin_with_inbox_insert(
+        &self,
+        key: InboxKey,
+        lock_id: Uuid,
+        now: DateTime<Utc>,
+        pending: bool,
+    ) -> String {
+        let template = &self.templates.inbox_insert;
+        let sql = match template.get() {
+            Some(sql) => sql,
+            None => {
+                let values = self.inbox_insert_values(key, lock_id, now, pending);
+                remember(
+                    template,
+                    self.render_inbox_insert(key, lock_id, now, values),
+                );
+                template.get().expect("just remembered")
+            }
+        };
+        let text = self
+            .templates
+            .inbox_insert_text
+            .get_or_init(|| Inline::parse(sql));
+        let values = self.inbox_insert_values(key, lock_id, now, pending);
+        text.write(BEGIN_READ_COMMITTED, &values)
     }
 
     fn render_inbox_insert(
@@ -306,9 +390,10 @@ impl Sql {
         key: InboxKey,
         lock_id: Uuid,
         now: DateTime<Utc>,
-        delivered: Value,
+        values: Vec<Value>,
     ) -> Statement {
         let n = &self.names;
+        let delivered = values.last().cloned().unwrap_or(Value::Int(None));
         let query = Query::insert()
             .into_table(n.table(INBOX))
             .columns([
@@ -1073,6 +1158,27 @@ mod template_tests {
         }
     }
 
+    /// The inbox insert written out after `BEGIN` is the bound statement with its values in
+    /// place, as sea-orm prints a statement (sea-query's `inject_parameters`), for both time
+    /// column types and in a schema whose name holds a `$1`.
+    #[test]
+    fn the_written_out_inbox_insert_is_the_bound_one() {
+        for tables in [
+            Tables::new().schema("odd$1schema"),
+            Tables::dotnet_default().timestamps(TimestampType::WithoutTimeZone),
+        ] {
+            let sql = Sql::new(&tables);
+            for pending in [true, false, true] {
+                let (key, lock_id, now) = (key(), Uuid::new_v4(), Utc::now());
+                let text = sql.begin_with_inbox_insert(key, lock_id, now, pending);
+                let bound = sql.inbox_insert(key, lock_id, now, pending);
+                assert_eq!(text, format!("{BEGIN_READ_COMMITTED}; {bound}"));
+                assert!(text.contains(&key.message_id.to_string()), "{text}");
+                assert!(text.contains("\"odd$1schema\"") || !tables.schema_name().contains('$'));
+            }
+        }
+    }
+
     /// Every templated statement, on its second use (from the template), equals a fresh
     /// sea-query build: same text, same values in the same order.
     #[test]
@@ -1084,10 +1190,10 @@ mod template_tests {
             let sql = Sql::new(&tables);
             for pending in [false, true, false] {
                 let (key, lock_id, now) = (key(), Uuid::new_v4(), Utc::now());
-                let delivered = sql.names.ts_value((!pending).then_some(now));
+                let values = sql.inbox_insert_values(key, lock_id, now, pending);
                 assert_eq!(
                     sql.inbox_insert(key, lock_id, now, pending),
-                    sql.render_inbox_insert(key, lock_id, now, delivered),
+                    sql.render_inbox_insert(key, lock_id, now, values),
                 );
             }
             for count in [1, 2, 3, TEMPLATED_MESSAGES, TEMPLATED_MESSAGES + 1] {

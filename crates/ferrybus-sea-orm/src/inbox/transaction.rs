@@ -1,0 +1,406 @@
+//! [`InboxTransaction`]: the transaction one delivery runs in, as a sea-orm connection.
+//!
+//! The inbox runs the transaction itself rather than through sea-orm's `DatabaseTransaction`,
+//! on a connection kept between deliveries ([`Connections`]), because it knows its first and
+//! last statements: `BEGIN` travels with the inbox row's insert (one round trip instead of
+//! two), and the connection does not go back to the pool between deliveries (sqlx pings every
+//! connection it takes back). The consumer sees a sea-orm connection
+//! ([`ConnectionTrait`], [`StreamTrait`]): entities, active models, `Statement`s all work on it
+//! as on a `DatabaseTransaction`, through the same sqlx driver and statement cache.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures::Future;
+use sea_orm::sqlx::{self, Executor};
+use sea_orm::{
+    ConnectionTrait, DbBackend, DbErr, ExecResult, QueryResult, RuntimeErr, Statement, StreamTrait,
+};
+use sea_query_binder::SqlxValues;
+use tokio::sync::Mutex;
+
+use crate::connections::{Connections, Lease, LeaseState};
+use crate::error::{StoreError, StoreErrorKind};
+
+/// The inbox transaction of one delivery: the consumer's writes, its inbox row and the messages
+/// it publishes commit together or not at all. Use it as any sea-orm connection (it implements
+/// [`ConnectionTrait`] and [`StreamTrait`]); reach it with
+/// [`TransactionExt::db`](crate::TransactionExt::db).
+///
+/// Within it, PostgreSQL's rules for one transaction hold: after a statement fails, the
+/// transaction is aborted and every later statement fails, unless you rolled back to a
+/// savepoint (`execute_unprepared("SAVEPOINT s")`, `… "ROLLBACK TO SAVEPOINT s"`). A consumer
+/// that returns `Ok` although its last statement failed is not acknowledged as if its writes
+/// were saved: the delivery fails with [`StoreErrorKind::TransactionAborted`] and is retried.
+///
+/// ```no_run
+/// use ferrybus_core::{ConsumeContext, ConsumeError};
+/// use ferrybus_sea_orm::TransactionExt;
+/// use sea_orm::{ConnectionTrait, DbBackend, Statement};
+/// # #[derive(serde::Serialize, serde::Deserialize)] struct OrderPlaced { order_id: uuid::Uuid }
+/// # impl ferrybus_core::Message for OrderPlaced {
+/// #     fn message_type() -> ferrybus_core::MessageType { ferrybus_core::MessageType::parse("Ns:OrderPlaced").unwrap() }
+/// # }
+/// async fn consume(ctx: ConsumeContext<OrderPlaced>) -> Result<(), ConsumeError> {
+///     let db = ctx.db(); // &InboxTransaction
+///     db.execute(Statement::from_sql_and_values(
+///         DbBackend::Postgres,
+///         "INSERT INTO invoices (order_id) VALUES ($1)",
+///         [ctx.message().order_id.into()],
+///     ))
+///     .await?;
+///     Ok(())
+/// }
+/// ```
+#[derive(Clone)]
+pub struct InboxTransaction {
+    inner: Arc<Mutex<Open>>,
+}
+
+impl std::fmt::Debug for InboxTransaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InboxTransaction")
+    }
+}
+
+/// The connection of an open transaction and whether its last statement failed.
+#[derive(Debug)]
+struct Open {
+    lease: Lease,
+    aborted: bool,
+}
+
+impl Open {
+    fn conn(&mut self) -> &mut sqlx::PgConnection {
+        self.lease.conn()
+    }
+
+    /// Notes what a statement's `result` says about the transaction and the connection.
+    fn record<T>(&mut self, result: &Result<T, sqlx::Error>) {
+        match result {
+            Ok(_) => self.aborted = false,
+            Err(sqlx::Error::Database(_)) => self.aborted = true,
+            Err(error) if connection_failed(error) => self.lease.set_state(LeaseState::Broken),
+            Err(_) => {}
+        }
+    }
+
+    /// Runs `ROLLBACK`; the connection is closed when that fails.
+    async fn rollback(&mut self) {
+        let result = self.conn().execute(sqlx::raw_sql("ROLLBACK")).await;
+        match result {
+            Ok(_) if self.lease.state() != LeaseState::Broken => {
+                self.lease.set_state(LeaseState::Clean)
+            }
+            Ok(_) => {}
+            Err(error) => {
+                tracing::warn!(target: "ferrybus::inbox", %error, "rollback failed");
+                self.lease.set_state(LeaseState::Broken);
+            }
+        }
+    }
+}
+
+/// Whether `error` means the connection itself is gone or unusable.
+fn connection_failed(error: &sqlx::Error) -> bool {
+    matches!(
+        error,
+        sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::Protocol(_)
+            | sqlx::Error::WorkerCrashed
+    )
+}
+
+/// A failed statement, as sea-orm reports it (so [`is_transient`](crate::is_transient) and
+/// `DbErr::sql_err` read it alike).
+fn exec_err(error: sqlx::Error) -> DbErr {
+    DbErr::Exec(RuntimeErr::SqlxError(error))
+}
+
+/// A failed query, as sea-orm reports it.
+fn query_err(error: sqlx::Error) -> DbErr {
+    DbErr::Query(RuntimeErr::SqlxError(error))
+}
+
+/// The sqlx query of `stmt`, its values moved (sea-orm's driver clones them).
+fn query(stmt: &mut Statement) -> sqlx::query::Query<'_, sqlx::Postgres, SqlxValues> {
+    let values = stmt.values.take().unwrap_or(sea_orm::Values(Vec::new()));
+    sqlx::query_with(&stmt.sql, SqlxValues(values))
+}
+
+impl InboxTransaction {
+    /// Opens a transaction on a connection from `connections` with `begin`: simple-query text
+    /// that starts with `BEGIN` and may carry the transaction's first statement (without
+    /// parameters), all in one round trip. Returns the rows that statement affected.
+    pub(crate) async fn begin(
+        connections: &Arc<Connections>,
+        begin: &str,
+    ) -> Result<(Self, u64), StoreError> {
+        let mut open = Open {
+            lease: connections.lease().await?,
+            aborted: false,
+        };
+        let result = open.conn().execute(sqlx::raw_sql(begin)).await;
+        let rows = match result {
+            Ok(done) => done.rows_affected(),
+            Err(error) => {
+                if connection_failed(&error) {
+                    open.lease.set_state(LeaseState::Broken);
+                } else {
+                    open.rollback().await;
+                }
+                return Err(StoreError::database(exec_err(error)));
+            }
+        };
+        open.lease.set_state(LeaseState::InTransaction);
+        let txn = Self {
+            inner: Arc::new(Mutex::new(open)),
+        };
+        Ok((txn, rows))
+    }
+
+    /// The transaction, once nobody else holds it (the consumer gave it back).
+    fn into_open(self) -> Result<Open, StoreError> {
+        Arc::try_unwrap(self.inner)
+            .map(Mutex::into_inner)
+            .map_err(|_| {
+                StoreError::new(
+                    StoreErrorKind::TransactionHeld,
+                    "the consumer kept the inbox transaction",
+                )
+            })
+    }
+
+    /// Commits. Fails without committing when the last statement failed (the transaction is
+    /// aborted: PostgreSQL would answer the `COMMIT` with a rollback), or when someone still
+    /// holds the transaction.
+    pub(crate) async fn commit(self) -> Result<(), StoreError> {
+        let mut open = self.into_open()?;
+        if open.aborted {
+            open.rollback().await;
+            return Err(StoreError::new(
+                StoreErrorKind::TransactionAborted,
+                "a statement in the inbox transaction failed and the transaction was aborted, \
+                 but the consumer returned Ok: nothing was committed",
+            ));
+        }
+        let result = open.conn().execute(sqlx::raw_sql("COMMIT")).await;
+        match result {
+            Ok(_) => {
+                open.lease.set_state(LeaseState::Clean);
+                Ok(())
+            }
+            Err(error) => {
+                // A failed COMMIT ends the transaction (rolled back), unless the connection
+                // went away, and then the server rolls it back.
+                let state = if connection_failed(&error) {
+                    LeaseState::Broken
+                } else {
+                    LeaseState::Clean
+                };
+                open.lease.set_state(state);
+                Err(StoreError::database(exec_err(error)))
+            }
+        }
+    }
+
+    /// Rolls back. When someone still holds the transaction, its connection is closed when the
+    /// last holder lets go (the server then rolls back).
+    pub(crate) async fn rollback(self) {
+        if let Ok(mut open) = self.into_open() {
+            open.rollback().await;
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl ConnectionTrait for InboxTransaction {
+    fn get_database_backend(&self) -> DbBackend {
+        DbBackend::Postgres
+    }
+
+    async fn execute(&self, mut stmt: Statement) -> Result<ExecResult, DbErr> {
+        let mut open = self.inner.lock().await;
+        let result = query(&mut stmt).execute(open.conn()).await;
+        open.record(&result);
+        result.map(ExecResult::from).map_err(exec_err)
+    }
+
+    async fn execute_unprepared(&self, sql: &str) -> Result<ExecResult, DbErr> {
+        let mut open = self.inner.lock().await;
+        let result = open.conn().execute(sqlx::raw_sql(sql)).await;
+        open.record(&result);
+        result.map(ExecResult::from).map_err(exec_err)
+    }
+
+    async fn query_one(&self, mut stmt: Statement) -> Result<Option<QueryResult>, DbErr> {
+        let mut open = self.inner.lock().await;
+        let result = query(&mut stmt).fetch_optional(open.conn()).await;
+        open.record(&result);
+        result
+            .map(|row| row.map(QueryResult::from))
+            .map_err(query_err)
+    }
+
+    async fn query_all(&self, mut stmt: Statement) -> Result<Vec<QueryResult>, DbErr> {
+        let mut open = self.inner.lock().await;
+        let result = query(&mut stmt).fetch_all(open.conn()).await;
+        open.record(&result);
+        result
+            .map(|rows| rows.into_iter().map(QueryResult::from).collect())
+            .map_err(query_err)
+    }
+}
+
+/// The rows of a streamed query.
+type Rows = futures::stream::Iter<
+    std::iter::Map<std::vec::IntoIter<QueryResult>, fn(QueryResult) -> Result<QueryResult, DbErr>>,
+>;
+
+/// Streams by reading all rows first (the transaction's connection is busy until a query's
+/// rows are read anyway).
+impl StreamTrait for InboxTransaction {
+    type Stream<'a> = Rows;
+
+    fn stream<'a>(
+        &'a self,
+        stmt: Statement,
+    ) -> Pin<Box<dyn Future<Output = Result<Self::Stream<'a>, DbErr>> + 'a + Send>> {
+        Box::pin(async move {
+            let rows = self.query_all(stmt).await?;
+            let ok: fn(QueryResult) -> Result<QueryResult, DbErr> = Ok;
+            Ok(futures::stream::iter(rows.into_iter().map(ok)))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sea_orm::{Database, FromQueryResult};
+
+    fn url() -> String {
+        std::env::var("DATABASE_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+    }
+
+    async fn connections() -> Arc<Connections> {
+        let db = Database::connect(url())
+            .await
+            .expect("PostgreSQL at DATABASE_URL");
+        Arc::new(Connections::new(&db))
+    }
+
+    #[derive(Debug, FromQueryResult)]
+    struct Level {
+        level: String,
+    }
+
+    #[tokio::test]
+    async fn begins_read_committed_with_its_first_statement_in_one_round_trip() {
+        let connections = connections().await;
+        let (txn, rows) = InboxTransaction::begin(
+            &connections,
+            "BEGIN ISOLATION LEVEL READ COMMITTED; CREATE TEMP TABLE t (x int) ON COMMIT DROP; \
+             INSERT INTO t VALUES (1), (2)",
+        )
+        .await
+        .unwrap();
+        assert_eq!(rows, 2);
+        let level = txn
+            .query_one(Statement::from_string(
+                DbBackend::Postgres,
+                "SELECT current_setting('transaction_isolation') AS level",
+            ))
+            .await
+            .unwrap()
+            .map(|row| Level::from_query_result(&row, "").unwrap());
+        assert_eq!(level.unwrap().level, "read committed");
+        txn.commit().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_consumer_that_swallowed_a_failed_statement_does_not_commit() {
+        let connections = connections().await;
+        let table = format!("fb_txn_test_{}", uuid::Uuid::new_v4().simple());
+        let admin = Database::connect(url()).await.unwrap();
+        admin
+            .execute_unprepared(&format!("CREATE TABLE {table} (x int PRIMARY KEY)"))
+            .await
+            .unwrap();
+        let (txn, _) = InboxTransaction::begin(&connections, "BEGIN")
+            .await
+            .unwrap();
+        txn.execute_unprepared(&format!("INSERT INTO {table} VALUES (1)"))
+            .await
+            .unwrap();
+        let failed = txn
+            .execute_unprepared(&format!("INSERT INTO {table} VALUES (1)"))
+            .await;
+        assert!(failed.is_err(), "duplicate key");
+        let error = txn.commit().await.unwrap_err();
+        assert_eq!(error.kind(), StoreErrorKind::TransactionAborted);
+        let count = admin
+            .query_one(Statement::from_string(
+                DbBackend::Postgres,
+                format!("SELECT count(*)::int AS n FROM {table}"),
+            ))
+            .await
+            .unwrap()
+            .unwrap()
+            .try_get::<i32>("", "n")
+            .unwrap();
+        assert_eq!(count, 0, "nothing committed");
+        // A savepoint that rolled the failure back leaves a transaction that commits.
+        let (txn, _) = InboxTransaction::begin(&connections, "BEGIN")
+            .await
+            .unwrap();
+        txn.execute_unprepared(&format!("INSERT INTO {table} VALUES (2)"))
+            .await
+            .unwrap();
+        txn.execute_unprepared("SAVEPOINT s").await.unwrap();
+        assert!(txn
+            .execute_unprepared(&format!("INSERT INTO {table} VALUES (2)"))
+            .await
+            .is_err());
+        txn.execute_unprepared("ROLLBACK TO SAVEPOINT s")
+            .await
+            .unwrap();
+        txn.commit().await.unwrap();
+        admin
+            .execute_unprepared(&format!("DROP TABLE {table}"))
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_held_transaction_is_not_committed_and_its_connection_is_closed() {
+        let connections = connections().await;
+        let (txn, _) = InboxTransaction::begin(&connections, "BEGIN")
+            .await
+            .unwrap();
+        let kept = txn.clone();
+        let error = txn.commit().await.unwrap_err();
+        assert_eq!(error.kind(), StoreErrorKind::TransactionHeld);
+        drop(kept);
+        assert_eq!(connections.kept(), 0, "closed, not kept");
+    }
+
+    #[tokio::test]
+    async fn a_committed_transaction_leaves_its_connection_for_the_next() {
+        let connections = connections().await;
+        let (txn, _) = InboxTransaction::begin(&connections, "BEGIN")
+            .await
+            .unwrap();
+        txn.commit().await.unwrap();
+        assert_eq!(connections.kept(), 1);
+        let (txn, _) = InboxTransaction::begin(&connections, "BEGIN")
+            .await
+            .unwrap();
+        assert_eq!(connections.kept(), 0);
+        txn.rollback().await;
+        assert_eq!(connections.kept(), 1);
+        connections.release_all();
+    }
+}
