@@ -288,6 +288,46 @@ async fn crash_after_commit_recovers(shape: Shape) {
     harness.stop().await;
 }
 
+/// Texts that could end a quoted literal early: the messages written with the commit (their
+/// values written into the statement's text) read back from the table exactly as published.
+async fn tricky_texts_survive_the_outbox(shape: Shape) {
+    let tdb = TestDb::new(shape).await;
+    let note = "it's \"quoted\", back\\slashed, $fb$ dollar-tagged $1 and ends with $fb";
+    let storage = FlakyTransport {
+        storage: storage(&tdb).await,
+        failures: Arc::new(AtomicUsize::new(1)),
+    };
+    let harness = harness(storage, |e| {
+        e.retry(RetryPolicy::immediate(2))
+            .inbox()
+            .consumer(consumer_fn(
+                "NoteConsumer",
+                move |ctx: ConsumeContext<OrderPlaced>| async move {
+                    let order_id = ctx.message().order_id;
+                    let options = SendOptions::new().header("Note", note);
+                    ctx.publish_with(&InvoiceCreated { order_id, seq: 7 }, options)
+                        .await?;
+                    Ok::<_, ConsumeError>(())
+                },
+            ))
+    })
+    .await;
+    let order = OrderPlaced {
+        order_id: Uuid::new_v4(),
+    };
+    let id = harness.publish(&order).await.unwrap();
+    harness.consumed(id).await.unwrap();
+    // The first send failed: the retry read the row back from the table and sent that.
+    let sent = harness.sent_now::<InvoiceCreated>();
+    let [envelope] = &sent[..] else {
+        panic!("one InvoiceCreated, got {}", sent.len());
+    };
+    assert_eq!(envelope.headers.get_str("Note"), Some(note));
+    assert_eq!(envelope.message["seq"], 7);
+    assert_eq!(envelope.message["orderId"], order.order_id.to_string());
+    harness.stop().await;
+}
+
 /// Inserts an invoice and publishes two events.
 fn invoice_consumer(
     tdb: &TestDb,
@@ -490,6 +530,7 @@ ferrybus_testing::on_every_shape!(
     two_instances_run_once,
     failure_rolls_back_everything,
     crash_after_commit_recovers,
+    tricky_texts_survive_the_outbox,
     business_unique_violation_is_an_error
 );
 

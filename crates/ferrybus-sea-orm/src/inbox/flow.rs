@@ -16,7 +16,7 @@ use crate::inbox::handoff::Committed;
 use crate::inbox::layer::Shared;
 use crate::inbox::sink::CaptureSink;
 use crate::inbox::InboxTransaction;
-use crate::sql::{RowState, Sql, StoredRow, BEGIN_READ_COMMITTED};
+use crate::sql::{RowState, Seq, Sql, StoredRow, BEGIN_READ_COMMITTED};
 use crate::telemetry::{
     timed, INBOX_DUPLICATES_TOTAL, INBOX_RECOVERED_TOTAL, INBOX_STAGE_SECONDS as STAGE,
 };
@@ -283,11 +283,7 @@ where
             return Err(error);
         }
     };
-    let seqs = match timed(STAGE, "outbox_write", write(&txn, sql, key, row, &messages)).await {
-        Ok(seqs) => seqs,
-        Err(error) => return Err(rollback(txn, error).await),
-    };
-    timed(STAGE, "commit", txn.commit())
+    let seqs = timed(STAGE, "commit", commit(txn, sql, key, row, &messages))
         .await
         .map_err(StoreError::into_consume_error)?;
     shared
@@ -321,25 +317,55 @@ where
     .map_err(StoreError::into_consume_error)
 }
 
-/// Leaves the inbox row consumed and delivered when the consumer published nothing, consumed
-/// and not delivered beside its outbox rows when it did. Costs nothing more when `row` was
-/// inserted the right way; otherwise the outbox insert also marks the row (one statement), or
-/// one update marks it consumed and delivered.
-async fn write(
-    txn: &InboxTransaction,
+/// Commits the delivery: the inbox row stays consumed and delivered when the consumer published
+/// nothing, consumed and not delivered beside its outbox rows when it did. The messages and the
+/// `COMMIT` travel together (one round trip); when `row` was inserted the other way, the outbox
+/// insert also marks it (one statement), or one update marks it consumed and delivered.
+/// Returns the messages' sequence numbers.
+async fn commit(
+    txn: InboxTransaction,
     sql: &Sql,
     key: InboxKey,
     row: RunRow,
     messages: &[OutgoingMessage],
 ) -> Result<Vec<i64>, StoreError> {
-    match (row, messages.is_empty()) {
-        (RunRow::Delivered, true) => Ok(Vec::new()),
-        (RunRow::Pending, false) => consumer_outbox::insert(txn, sql, key, messages, false).await,
-        (_, false) => consumer_outbox::insert(txn, sql, key, messages, true).await,
-        (_, true) => {
-            txn.execute(sql.inbox_consumed_delivered(key, Utc::now()))
-                .await?;
-            Ok(Vec::new())
+    if messages.is_empty() {
+        if row != RunRow::Delivered {
+            let marked = txn
+                .execute(sql.inbox_consumed_delivered(key, Utc::now()))
+                .await;
+            if let Err(error) = marked {
+                txn.rollback().await;
+                return Err(error.into());
+            }
+        }
+        txn.commit().await?;
+        return Ok(Vec::new());
+    }
+    let pending_at = (row != RunRow::Pending).then(Utc::now);
+    let text = match sql.commit_inbox_messages(key, messages, pending_at) {
+        Ok(text) => text,
+        Err(error) => {
+            txn.rollback().await;
+            return Err(error);
+        }
+    };
+    if let Some(text) = text {
+        let rows = txn.commit_with(&text).await?;
+        return rows
+            .iter()
+            .map(|row| Ok(Seq::from_query_result(row, "")?.seq))
+            .collect();
+    }
+    let seqs = consumer_outbox::insert(&txn, sql, key, messages, pending_at.is_some()).await;
+    match seqs {
+        Ok(seqs) => {
+            txn.commit().await?;
+            Ok(seqs)
+        }
+        Err(error) => {
+            txn.rollback().await;
+            Err(error)
         }
     }
 }

@@ -176,6 +176,14 @@ impl InboxTransaction {
     /// aborted: PostgreSQL would answer the `COMMIT` with a rollback), or when someone still
     /// holds the transaction.
     pub(crate) async fn commit(self) -> Result<(), StoreError> {
+        self.commit_with("COMMIT").await.map(drop)
+    }
+
+    /// Commits with `text`: simple-query text that ends with `COMMIT` and may carry the
+    /// transaction's last statements (without parameters), all in one round trip; returns the
+    /// rows they returned (in text format). When a statement fails, the transaction is rolled
+    /// back.
+    pub(crate) async fn commit_with(self, text: &str) -> Result<Vec<QueryResult>, StoreError> {
         let mut open = self.into_open()?;
         if open.aborted {
             open.rollback().await;
@@ -185,21 +193,21 @@ impl InboxTransaction {
                  but the consumer returned Ok: nothing was committed",
             ));
         }
-        let result = open.conn().execute(sqlx::raw_sql("COMMIT")).await;
+        let result = open.conn().fetch_all(sqlx::raw_sql(text)).await;
         match result {
-            Ok(_) => {
+            Ok(rows) => {
                 open.lease.set_state(LeaseState::Clean);
-                Ok(())
+                Ok(rows.into_iter().map(QueryResult::from).collect())
+            }
+            Err(error) if connection_failed(&error) => {
+                // The server rolls back when the connection goes.
+                open.lease.set_state(LeaseState::Broken);
+                Err(StoreError::database(exec_err(error)))
             }
             Err(error) => {
-                // A failed COMMIT ends the transaction (rolled back), unless the connection
-                // went away, and then the server rolls it back.
-                let state = if connection_failed(&error) {
-                    LeaseState::Broken
-                } else {
-                    LeaseState::Clean
-                };
-                open.lease.set_state(state);
+                // A statement before the COMMIT failed (the transaction is aborted), or the
+                // COMMIT did (it ended the transaction): a ROLLBACK ends both cases.
+                open.rollback().await;
                 Err(StoreError::database(exec_err(error)))
             }
         }
