@@ -16,7 +16,7 @@ use crate::inbox::handoff::Committed;
 use crate::inbox::layer::Shared;
 use crate::inbox::sink::CaptureSink;
 use crate::inbox::InboxTransaction;
-use crate::sql::{RowState, Seq, Sql, StoredRow, BEGIN_READ_COMMITTED};
+use crate::sql::{RowState, Sql, StoredRow};
 use crate::telemetry::{
     timed, INBOX_DUPLICATES_TOTAL, INBOX_RECOVERED_TOTAL, INBOX_STAGE_SECONDS as STAGE,
 };
@@ -127,33 +127,15 @@ impl RunRow {
     }
 }
 
-/// Begins the delivery's transaction with its inbox row: `BEGIN` and the insert travel
-/// together (one round trip); when the row exists, locks it (waiting for a concurrent first
-/// copy to commit or roll back) and reads its state.
-/// A new row is inserted not delivered when `pending` (the consumer is expected to publish).
+/// Begins the delivery's transaction and claims its inbox row ([`claim`]).
 async fn begin_claim(
     shared: &Shared,
     sql: &Sql,
     key: InboxKey,
     pending: bool,
 ) -> Result<(InboxTransaction, Claim), StoreError> {
-    let begin = sql.begin_with_inbox_insert(key, Uuid::new_v4(), Utc::now(), pending);
-    let (txn, inserted) = InboxTransaction::begin(&shared.connections, &begin).await?;
-    if inserted == 1 {
-        return Ok((
-            txn,
-            Claim::Run {
-                row: new_row(pending),
-            },
-        ));
-    }
-    let claimed = match relock(&txn, sql, key).await {
-        Ok(Some(claim)) => Ok(claim),
-        // The row was deleted since (cleanup): insert again.
-        Ok(None) => claim(&txn, sql, key, pending).await,
-        Err(error) => Err(error),
-    };
-    match claimed {
+    let txn = begin(shared).await?;
+    match claim(&txn, sql, key, pending).await {
         Ok(claim) => Ok((txn, claim)),
         Err(error) => {
             txn.rollback().await;
@@ -162,10 +144,9 @@ async fn begin_claim(
     }
 }
 
-/// Begins a transaction on one of the inbox's connections (no first statement).
+/// Begins a transaction on one of the inbox's connections.
 pub(super) async fn begin(shared: &Shared) -> Result<InboxTransaction, StoreError> {
-    let (txn, _) = InboxTransaction::begin(&shared.connections, BEGIN_READ_COMMITTED).await?;
-    Ok(txn)
+    InboxTransaction::begin(&shared.connections).await
 }
 
 fn new_row(pending: bool) -> RunRow {
@@ -176,8 +157,9 @@ fn new_row(pending: bool) -> RunRow {
     }
 }
 
-/// Inserts the inbox row in an open transaction, or locks the existing one (see
-/// [`begin_claim`]).
+/// Inserts the inbox row, or locks the existing one (a concurrent first copy makes this wait
+/// on the unique index until it commits or rolls back) and reads its state.
+/// A new row is inserted not delivered when `pending` (the consumer is expected to publish).
 pub(super) async fn claim(
     txn: &InboxTransaction,
     sql: &Sql,
@@ -318,10 +300,9 @@ where
 }
 
 /// Commits the delivery: the inbox row stays consumed and delivered when the consumer published
-/// nothing, consumed and not delivered beside its outbox rows when it did. The messages and the
-/// `COMMIT` travel together (one round trip); when `row` was inserted the other way, the outbox
-/// insert also marks it (one statement), or one update marks it consumed and delivered.
-/// Returns the messages' sequence numbers.
+/// nothing, consumed and not delivered beside its outbox rows when it did. When `row` was
+/// inserted the other way, the outbox insert also marks it (one statement), or one update marks
+/// it consumed and delivered. Returns the messages' sequence numbers.
 async fn commit(
     txn: InboxTransaction,
     sql: &Sql,
@@ -329,36 +310,8 @@ async fn commit(
     row: RunRow,
     messages: &[OutgoingMessage],
 ) -> Result<Vec<i64>, StoreError> {
-    if messages.is_empty() {
-        if row != RunRow::Delivered {
-            let marked = txn
-                .execute(sql.inbox_consumed_delivered(key, Utc::now()))
-                .await;
-            if let Err(error) = marked {
-                txn.rollback().await;
-                return Err(error.into());
-            }
-        }
-        txn.commit().await?;
-        return Ok(Vec::new());
-    }
-    let pending_at = (row != RunRow::Pending).then(Utc::now);
-    let text = match sql.commit_inbox_messages(key, messages, pending_at) {
-        Ok(text) => text,
-        Err(error) => {
-            txn.rollback().await;
-            return Err(error);
-        }
-    };
-    if let Some(text) = text {
-        let rows = txn.commit_with(&text).await?;
-        return rows
-            .iter()
-            .map(|row| Ok(Seq::from_query_result(row, "")?.seq))
-            .collect();
-    }
-    let seqs = consumer_outbox::insert(&txn, sql, key, messages, pending_at.is_some()).await;
-    match seqs {
+    let written = write(&txn, sql, key, row, messages).await;
+    match written {
         Ok(seqs) => {
             txn.commit().await?;
             Ok(seqs)
@@ -366,6 +319,26 @@ async fn commit(
         Err(error) => {
             txn.rollback().await;
             Err(error)
+        }
+    }
+}
+
+/// The statements [`commit`] runs before its `COMMIT`.
+async fn write(
+    txn: &InboxTransaction,
+    sql: &Sql,
+    key: InboxKey,
+    row: RunRow,
+    messages: &[OutgoingMessage],
+) -> Result<Vec<i64>, StoreError> {
+    match (row, messages.is_empty()) {
+        (RunRow::Delivered, true) => Ok(Vec::new()),
+        (RunRow::Pending, false) => consumer_outbox::insert(txn, sql, key, messages, false).await,
+        (_, false) => consumer_outbox::insert(txn, sql, key, messages, true).await,
+        (_, true) => {
+            txn.execute(sql.inbox_consumed_delivered(key, Utc::now()))
+                .await?;
+            Ok(Vec::new())
         }
     }
 }

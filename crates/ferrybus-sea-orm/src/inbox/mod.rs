@@ -1,8 +1,9 @@
 //! The inbox and consumer outbox: one READ COMMITTED transaction per delivery.
 //!
 //! ```text
-//! BEGIN + INSERT inbox row (consumed; delivered = now, or NULL when the last delivery
-//!         published) ON CONFLICT DO NOTHING, one round trip on a kept connection
+//! BEGIN (READ COMMITTED, on a connection kept between deliveries)
+//!       ─ INSERT inbox row (consumed; delivered = now, or NULL when the last delivery
+//!         published) ON CONFLICT DO NOTHING
 //!         ─┬─ inserted ─────────────▶ run consumer
 //!          └─ exists: lock (UPDATE) ─┬─ not consumed ▶ run consumer (older row: marked afterwards)
 //!                                    ├─ consumed, not delivered ▶ send rest, finish

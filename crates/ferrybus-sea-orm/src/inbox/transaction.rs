@@ -1,12 +1,12 @@
 //! [`InboxTransaction`]: the transaction one delivery runs in, as a sea-orm connection.
 //!
 //! The inbox runs the transaction itself rather than through sea-orm's `DatabaseTransaction`,
-//! on a connection kept between deliveries ([`Connections`]), because it knows its first and
-//! last statements: `BEGIN` travels with the inbox row's insert (one round trip instead of
-//! two), and the connection does not go back to the pool between deliveries (sqlx pings every
-//! connection it takes back). The consumer sees a sea-orm connection
-//! ([`ConnectionTrait`], [`StreamTrait`]): entities, active models, `Statement`s all work on it
-//! as on a `DatabaseTransaction`, through the same sqlx driver and statement cache.
+//! on a connection kept between deliveries ([`Connections`]): the connection does not go back
+//! to the pool after every delivery (sqlx checks every connection it takes back with a round
+//! trip), and the statements skip sea-orm's per-statement lock, tracing span and copy of the
+//! bound values. The consumer sees a sea-orm connection ([`ConnectionTrait`], [`StreamTrait`]):
+//! entities, active models, `Statement`s all work on it as on a `DatabaseTransaction`, through
+//! the same sqlx driver and statement cache.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -21,6 +21,7 @@ use tokio::sync::Mutex;
 
 use crate::connections::{Connections, Lease, LeaseState};
 use crate::error::{StoreError, StoreErrorKind};
+use crate::sql::BEGIN_READ_COMMITTED;
 
 /// The inbox transaction of one delivery: the consumer's writes, its inbox row and the messages
 /// it publishes commit together or not at all. Use it as any sea-orm connection (it implements
@@ -130,34 +131,26 @@ fn query(stmt: &mut Statement) -> sqlx::query::Query<'_, sqlx::Postgres, SqlxVal
 }
 
 impl InboxTransaction {
-    /// Opens a transaction on a connection from `connections` with `begin`: simple-query text
-    /// that starts with `BEGIN` and may carry the transaction's first statement (without
-    /// parameters), all in one round trip. Returns the rows that statement affected.
-    pub(crate) async fn begin(
-        connections: &Arc<Connections>,
-        begin: &str,
-    ) -> Result<(Self, u64), StoreError> {
+    /// Opens a READ COMMITTED transaction on a connection from `connections`.
+    pub(crate) async fn begin(connections: &Arc<Connections>) -> Result<Self, StoreError> {
         let mut open = Open {
             lease: connections.lease().await?,
             aborted: false,
         };
-        let result = open.conn().execute(sqlx::raw_sql(begin)).await;
-        let rows = match result {
-            Ok(done) => done.rows_affected(),
-            Err(error) => {
-                if connection_failed(&error) {
-                    open.lease.set_state(LeaseState::Broken);
-                } else {
-                    open.rollback().await;
-                }
-                return Err(StoreError::database(exec_err(error)));
+        let result = open
+            .conn()
+            .execute(sqlx::raw_sql(BEGIN_READ_COMMITTED))
+            .await;
+        if let Err(error) = result {
+            if connection_failed(&error) {
+                open.lease.set_state(LeaseState::Broken);
             }
-        };
+            return Err(StoreError::database(exec_err(error)));
+        }
         open.lease.set_state(LeaseState::InTransaction);
-        let txn = Self {
+        Ok(Self {
             inner: Arc::new(Mutex::new(open)),
-        };
-        Ok((txn, rows))
+        })
     }
 
     /// The transaction, once nobody else holds it (the consumer gave it back).
@@ -176,14 +169,6 @@ impl InboxTransaction {
     /// aborted: PostgreSQL would answer the `COMMIT` with a rollback), or when someone still
     /// holds the transaction.
     pub(crate) async fn commit(self) -> Result<(), StoreError> {
-        self.commit_with("COMMIT").await.map(drop)
-    }
-
-    /// Commits with `text`: simple-query text that ends with `COMMIT` and may carry the
-    /// transaction's last statements (without parameters), all in one round trip; returns the
-    /// rows they returned (in text format). When a statement fails, the transaction is rolled
-    /// back.
-    pub(crate) async fn commit_with(self, text: &str) -> Result<Vec<QueryResult>, StoreError> {
         let mut open = self.into_open()?;
         if open.aborted {
             open.rollback().await;
@@ -193,21 +178,21 @@ impl InboxTransaction {
                  but the consumer returned Ok: nothing was committed",
             ));
         }
-        let result = open.conn().fetch_all(sqlx::raw_sql(text)).await;
+        let result = open.conn().execute(sqlx::raw_sql("COMMIT")).await;
         match result {
-            Ok(rows) => {
+            Ok(_) => {
                 open.lease.set_state(LeaseState::Clean);
-                Ok(rows.into_iter().map(QueryResult::from).collect())
-            }
-            Err(error) if connection_failed(&error) => {
-                // The server rolls back when the connection goes.
-                open.lease.set_state(LeaseState::Broken);
-                Err(StoreError::database(exec_err(error)))
+                Ok(())
             }
             Err(error) => {
-                // A statement before the COMMIT failed (the transaction is aborted), or the
-                // COMMIT did (it ended the transaction): a ROLLBACK ends both cases.
-                open.rollback().await;
+                // A failed COMMIT ends the transaction (rolled back), unless the connection
+                // went away, and then the server rolls it back.
+                let state = if connection_failed(&error) {
+                    LeaseState::Broken
+                } else {
+                    LeaseState::Clean
+                };
+                open.lease.set_state(state);
                 Err(StoreError::database(exec_err(error)))
             }
         }
@@ -306,16 +291,16 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn begins_read_committed_with_its_first_statement_in_one_round_trip() {
+    async fn begins_read_committed_whatever_the_session_default() {
         let connections = connections().await;
-        let (txn, rows) = InboxTransaction::begin(
-            &connections,
-            "BEGIN ISOLATION LEVEL READ COMMITTED; CREATE TEMP TABLE t (x int) ON COMMIT DROP; \
-             INSERT INTO t VALUES (1), (2)",
+        let txn = InboxTransaction::begin(&connections).await.unwrap();
+        txn.execute_unprepared(
+            "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL SERIALIZABLE",
         )
         .await
         .unwrap();
-        assert_eq!(rows, 2);
+        txn.commit().await.unwrap();
+        let txn = InboxTransaction::begin(&connections).await.unwrap();
         let level = txn
             .query_one(Statement::from_string(
                 DbBackend::Postgres,
@@ -337,9 +322,7 @@ mod tests {
             .execute_unprepared(&format!("CREATE TABLE {table} (x int PRIMARY KEY)"))
             .await
             .unwrap();
-        let (txn, _) = InboxTransaction::begin(&connections, "BEGIN")
-            .await
-            .unwrap();
+        let txn = InboxTransaction::begin(&connections).await.unwrap();
         txn.execute_unprepared(&format!("INSERT INTO {table} VALUES (1)"))
             .await
             .unwrap();
@@ -361,9 +344,7 @@ mod tests {
             .unwrap();
         assert_eq!(count, 0, "nothing committed");
         // A savepoint that rolled the failure back leaves a transaction that commits.
-        let (txn, _) = InboxTransaction::begin(&connections, "BEGIN")
-            .await
-            .unwrap();
+        let txn = InboxTransaction::begin(&connections).await.unwrap();
         txn.execute_unprepared(&format!("INSERT INTO {table} VALUES (2)"))
             .await
             .unwrap();
@@ -385,9 +366,7 @@ mod tests {
     #[tokio::test]
     async fn a_held_transaction_is_not_committed_and_its_connection_is_closed() {
         let connections = connections().await;
-        let (txn, _) = InboxTransaction::begin(&connections, "BEGIN")
-            .await
-            .unwrap();
+        let txn = InboxTransaction::begin(&connections).await.unwrap();
         let kept = txn.clone();
         let error = txn.commit().await.unwrap_err();
         assert_eq!(error.kind(), StoreErrorKind::TransactionHeld);
@@ -398,14 +377,10 @@ mod tests {
     #[tokio::test]
     async fn a_committed_transaction_leaves_its_connection_for_the_next() {
         let connections = connections().await;
-        let (txn, _) = InboxTransaction::begin(&connections, "BEGIN")
-            .await
-            .unwrap();
+        let txn = InboxTransaction::begin(&connections).await.unwrap();
         txn.commit().await.unwrap();
         assert_eq!(connections.kept(), 1);
-        let (txn, _) = InboxTransaction::begin(&connections, "BEGIN")
-            .await
-            .unwrap();
+        let txn = InboxTransaction::begin(&connections).await.unwrap();
         assert_eq!(connections.kept(), 0);
         txn.rollback().await;
         assert_eq!(connections.kept(), 1);

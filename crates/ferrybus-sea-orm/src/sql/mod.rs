@@ -26,7 +26,7 @@ use uuid::Uuid;
 pub(crate) use message::{message_values, read_message, StoredRow};
 use names::Names;
 
-use crate::config::{Tables, TimestampType};
+use crate::config::Tables;
 use crate::consumer_outbox::InboxKey;
 use crate::entity::OutboxTable;
 use crate::entity::{inbox_state as inbox, outbox_message as msg, outbox_state as state};
@@ -138,178 +138,14 @@ const TEMPLATED_MESSAGES: usize = 8;
 #[derive(Debug, Default)]
 struct Templates {
     inbox_insert: OnceLock<String>,
-    /// `inbox_insert`'s text cut at its placeholders, for [`Sql::begin_with_inbox_insert`].
-    inbox_insert_text: OnceLock<Inline>,
     /// By message count − 1, then with (`[1]`) or without the inbox-row update.
     inbox_messages: [[OnceLock<String>; 2]; TEMPLATED_MESSAGES],
-    /// `inbox_messages`' texts cut at their placeholders, for [`Sql::commit_inbox_messages`].
-    inbox_messages_text: [[OnceLock<Inline>; 2]; TEMPLATED_MESSAGES],
 }
 
-/// Starts a READ COMMITTED transaction whatever the server's default is (a waiter on a row
-/// lock then sees the committed row instead of failing with a serialization error).
+/// Starts a READ COMMITTED transaction whatever the server's, database's, role's or session's
+/// default is (a waiter on a row lock then sees the committed row instead of failing with a
+/// serialization error); it costs what a plain `BEGIN` costs.
 pub(crate) const BEGIN_READ_COMMITTED: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
-
-/// A value written into a statement's text ([`Inline`]), in the form sea-query writes the bound
-/// value; text is dollar-quoted (taken as is by PostgreSQL, whatever it holds: no escapes).
-#[derive(Clone, Copy, Debug)]
-enum Literal<'a> {
-    Uuid(Option<Uuid>),
-    Int(i64),
-    /// A time in UTC (NULL for `None`), for a column of the given type.
-    Time(Option<DateTime<Utc>>, TimestampType),
-    Text(Option<&'a str>),
-}
-
-impl<'a> Literal<'a> {
-    /// The literal of a bound `value`, for the kinds ferrybus's statements bind; `None` for
-    /// any other.
-    fn of(value: &'a Value) -> Option<Self> {
-        Some(match value {
-            Value::Uuid(id) => Literal::Uuid(id.as_deref().copied()),
-            Value::Int(n) => match n {
-                Some(n) => Literal::Int(i64::from(*n)),
-                None => Literal::Text(None),
-            },
-            Value::BigInt(Some(n)) => Literal::Int(*n),
-            Value::String(text) => Literal::Text(text.as_deref().map(String::as_str)),
-            Value::ChronoDateTimeUtc(t) => {
-                Literal::Time(t.as_deref().copied(), TimestampType::WithTimeZone)
-            }
-            Value::ChronoDateTime(t) => Literal::Time(
-                t.as_deref().map(|t| t.and_utc()),
-                TimestampType::WithoutTimeZone,
-            ),
-            _ => return None,
-        })
-    }
-
-    fn write(self, out: &mut String) {
-        use chrono::{Datelike, Timelike};
-        use std::fmt::Write;
-        let _ = match self {
-            Literal::Uuid(Some(id)) => write!(out, "'{}'", id.hyphenated()),
-            Literal::Int(n) => write!(out, "{n}"),
-            Literal::Uuid(None) | Literal::Time(None, _) | Literal::Text(None) => {
-                write!(out, "NULL")
-            }
-            Literal::Text(Some(text)) => {
-                write_dollar_quoted(out, text);
-                Ok(())
-            }
-            Literal::Time(Some(t), kind) => {
-                let offset = match kind {
-                    TimestampType::WithTimeZone => " +00:00",
-                    TimestampType::WithoutTimeZone => "",
-                };
-                write!(
-                    out,
-                    "'{:04}-{:02}-{:02} {:02}:{:02}:{:02}.{:06}{offset}'",
-                    t.year(),
-                    t.month(),
-                    t.day(),
-                    t.hour(),
-                    t.minute(),
-                    t.second(),
-                    t.nanosecond() % 1_000_000_000 / 1000,
-                )
-            }
-        };
-    }
-}
-
-/// `text` between dollar quotes (`$fb$…$fb$`) whose tag the text cannot end early: PostgreSQL
-/// takes everything up to the closing tag as is.
-fn write_dollar_quoted(out: &mut String, text: &str) {
-    let mut tag = String::from("$fb$");
-    let mut n = 0u32;
-    while !closes_only_at_end(text, &tag) {
-        n += 1;
-        tag = format!("$fb{n}$");
-    }
-    out.push_str(&tag);
-    out.push_str(text);
-    out.push_str(&tag);
-}
-
-/// Whether `text` followed by `tag` holds `tag` only at its end (so the quoted text is exactly
-/// `text`): not inside the text, and not across its end (the text ending with a start of the
-/// tag that the tag itself continues).
-fn closes_only_at_end(text: &str, tag: &str) -> bool {
-    if text.contains(tag) {
-        return false;
-    }
-    let (text, tag) = (text.as_bytes(), tag.as_bytes());
-    (1..tag.len()).all(|k| !(text.ends_with(&tag[..k]) && tag[..tag.len() - k] == tag[k..]))
-}
-
-/// A statement's text cut at its placeholders (`$1` …), to be written out with literal values.
-#[derive(Debug)]
-struct Inline {
-    /// Text, then the 0-based index of the value that follows it (none after the last piece).
-    pieces: Vec<(String, Option<usize>)>,
-    len: usize,
-}
-
-impl Inline {
-    /// Cuts `sql` at every `$n` outside quoted identifiers and string literals.
-    fn parse(sql: &str) -> Self {
-        let mut pieces = Vec::new();
-        let mut text = String::new();
-        let mut quote: Option<char> = None;
-        let mut chars = sql.chars().peekable();
-        while let Some(c) = chars.next() {
-            match (quote, c) {
-                (Some(q), c) if c == q => quote = None,
-                (None, '"' | '\'') => quote = Some(c),
-                (None, '$') if chars.peek().is_some_and(char::is_ascii_digit) => {
-                    let mut n = 0usize;
-                    while let Some(d) = chars.peek().and_then(|c| c.to_digit(10)) {
-                        n = n * 10 + d as usize;
-                        chars.next();
-                    }
-                    pieces.push((std::mem::take(&mut text), Some(n - 1)));
-                    continue;
-                }
-                _ => {}
-            }
-            text.push(c);
-        }
-        pieces.push((text, None));
-        Self {
-            pieces,
-            len: sql.len(),
-        }
-    }
-
-    /// `before; `, the statement with `values` written in place of its placeholders, and
-    /// `; after`.
-    fn write(&self, before: Option<&str>, values: &[Literal<'_>], after: Option<&str>) -> String {
-        let texts: usize = values
-            .iter()
-            .map(|v| match v {
-                Literal::Text(Some(t)) => t.len() + 8,
-                _ => 40,
-            })
-            .sum();
-        let mut out = String::with_capacity(self.len + texts + 64);
-        if let Some(before) = before {
-            out.push_str(before);
-            out.push_str("; ");
-        }
-        for (text, value) in &self.pieces {
-            out.push_str(text);
-            if let Some(value) = value.and_then(|i| values.get(i)) {
-                value.write(&mut out);
-            }
-        }
-        if let Some(after) = after {
-            out.push_str("; ");
-            out.push_str(after);
-        }
-        out
-    }
-}
 
 /// Keeps the text of `rendered` (a first build with sea-query) in `template`.
 fn remember(template: &OnceLock<String>, rendered: Statement) -> Statement {
@@ -464,50 +300,6 @@ impl Sql {
             n.ts_value(Some(now)),
             n.ts_value((!pending).then_some(now)),
         ]
-    }
-
-    /// `BEGIN ISOLATION LEVEL READ COMMITTED` and [`Sql::inbox_insert`] as one simple-query
-    /// text, so that a delivery's transaction and its inbox row take one round trip. The only
-    /// statement with values written into its text: uuids, timestamps and an integer, in the
-    /// forms sea-query writes them (no strings, nothing from the message but its id, already
-    /// parsed as a uuid).
-    pub(crate) fn begin_with_inbox_insert(
-        &self,
-        key: InboxKey,
-        lock_id: Uuid,
-        now: DateTime<Utc>,
-        pending: bool,
-    ) -> String {
-        let template = &self.templates.inbox_insert;
-        let sql = match template.get() {
-            Some(sql) => sql,
-            None => {
-                let values = self.inbox_insert_values(key, lock_id, now, pending);
-                remember(
-                    template,
-                    self.render_inbox_insert(key, lock_id, now, values),
-                );
-                template.get().expect("just remembered")
-            }
-        };
-        let text = self
-            .templates
-            .inbox_insert_text
-            .get_or_init(|| Inline::parse(sql));
-        let ts = |at| Literal::Time(at, self.names.timestamps());
-        text.write(
-            Some(BEGIN_READ_COMMITTED),
-            &[
-                Literal::Uuid(Some(key.message_id)),
-                Literal::Uuid(Some(key.consumer_id)),
-                Literal::Uuid(Some(lock_id)),
-                ts(Some(now)),
-                Literal::Int(0),
-                ts(Some(now)),
-                ts((!pending).then_some(now)),
-            ],
-            None,
-        )
     }
 
     fn render_inbox_insert(
@@ -833,33 +625,6 @@ impl Sql {
             sql.as_str(),
             values,
         ))
-    }
-
-    /// [`Sql::insert_inbox_messages`] and `COMMIT` as one simple-query text, the values written
-    /// into it ([`Literal`]): a publishing consumer's messages and its commit take one round
-    /// trip. `None` for more messages than are templated (the bound statement then runs
-    /// before a separate `COMMIT`).
-    pub(crate) fn commit_inbox_messages(
-        &self,
-        key: InboxKey,
-        messages: &[OutgoingMessage],
-        pending_at: Option<DateTime<Utc>>,
-    ) -> Result<Option<String>, StoreError> {
-        let Some(texts) = messages
-            .len()
-            .checked_sub(1)
-            .and_then(|i| self.templates.inbox_messages_text.get(i))
-            .map(|t| &t[usize::from(pending_at.is_some())])
-        else {
-            return Ok(None);
-        };
-        let statement = self.insert_inbox_messages(key, messages, pending_at)?;
-        let values = statement.values.as_ref().map_or(&[][..], |v| &v.0[..]);
-        let Some(literals) = values.iter().map(Literal::of).collect::<Option<Vec<_>>>() else {
-            return Ok(None);
-        };
-        let text = texts.get_or_init(|| Inline::parse(&statement.sql));
-        Ok(Some(text.write(None, &literals, Some("COMMIT"))))
     }
 
     fn render_inbox_messages(
@@ -1307,69 +1072,6 @@ mod template_tests {
         InboxKey {
             message_id: Uuid::new_v4(),
             consumer_id: Uuid::new_v4(),
-        }
-    }
-
-    #[test]
-    fn dollar_quotes_close_only_at_the_end() {
-        assert!(closes_only_at_end("{\"a\": 1}", "$fb$"));
-        assert!(closes_only_at_end("ends with $", "$fb$"));
-        assert!(!closes_only_at_end("has $fb$ inside", "$fb$"));
-        assert!(!closes_only_at_end("ends with $fb", "$fb$"));
-        let mut out = String::new();
-        write_dollar_quoted(&mut out, "a $fb$ b $fb1$ c $fb");
-        assert_eq!(out, "$fb2$a $fb$ b $fb1$ c $fb$fb2$");
-    }
-
-    /// Texts that would break a naive quoting come back from PostgreSQL as they went in.
-    #[tokio::test]
-    async fn written_out_texts_read_back_unchanged() {
-        use sea_orm::{ConnectionTrait, Database};
-        let url = std::env::var("DATABASE_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned());
-        let db = Database::connect(url)
-            .await
-            .expect("PostgreSQL at DATABASE_URL");
-        let texts = [
-            "plain",
-            "it's \"quoted\" \\ back\\slashed \\' and ''",
-            "$fb$ inside and $$ and $1",
-            "ends with $fb",
-            "ends with $",
-            "üñíçødé ✓ \n\t\r line\u{7f}",
-            "",
-        ];
-        for text in texts {
-            let mut sql = String::from("SELECT ");
-            Literal::Text(Some(text)).write(&mut sql);
-            sql.push_str(" AS t");
-            let row = db
-                .query_one(Statement::from_string(DbBackend::Postgres, sql.clone()))
-                .await
-                .unwrap_or_else(|e| panic!("{sql}: {e}"))
-                .unwrap();
-            assert_eq!(row.try_get::<String>("", "t").unwrap(), text, "{sql}");
-        }
-    }
-
-    /// The inbox insert written out after `BEGIN` is the bound statement with its values in
-    /// place, as sea-orm prints a statement (sea-query's `inject_parameters`), for both time
-    /// column types and in a schema whose name holds a `$1`.
-    #[test]
-    fn the_written_out_inbox_insert_is_the_bound_one() {
-        for tables in [
-            Tables::new().schema("odd$1schema"),
-            Tables::dotnet_default().timestamps(TimestampType::WithoutTimeZone),
-        ] {
-            let sql = Sql::new(&tables);
-            for pending in [true, false, true] {
-                let (key, lock_id, now) = (key(), Uuid::new_v4(), Utc::now());
-                let text = sql.begin_with_inbox_insert(key, lock_id, now, pending);
-                let bound = sql.inbox_insert(key, lock_id, now, pending);
-                assert_eq!(text, format!("{BEGIN_READ_COMMITTED}; {bound}"));
-                assert!(text.contains(&key.message_id.to_string()), "{text}");
-                assert!(text.contains("\"odd$1schema\"") || !tables.schema_name().contains('$'));
-            }
         }
     }
 

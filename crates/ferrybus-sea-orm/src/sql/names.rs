@@ -131,11 +131,6 @@ impl Names {
         Expr::val(self.ts_value(Some(at))).into()
     }
 
-    /// The type of the tables' time columns.
-    pub(crate) fn timestamps(&self) -> TimestampType {
-        self.timestamps
-    }
-
     /// [`Names::ts`] as a [`Value`], also for NULL.
     pub(crate) fn ts_value(&self, at: Option<DateTime<Utc>>) -> Value {
         match self.timestamps {
