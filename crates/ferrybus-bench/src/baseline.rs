@@ -265,7 +265,7 @@ pub(crate) async fn outbox(
                     amount: envelope.message.amount.clone(),
                 };
                 let out = factory.publish(&accepted, &origin, SendOptions::new())?;
-                let exchange = out.destination()?.name;
+                let exchange = out.destination()?.name.clone();
                 let mut tx = pool.begin().await?;
                 if !inbox_and_order(&mut tx, &envelope).await? {
                     return Ok(());

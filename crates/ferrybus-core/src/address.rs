@@ -1,7 +1,9 @@
 //! MassTransit endpoint addresses: `rabbitmq://host/vhost/name?options`, `queue:name`,
 //! `exchange:name` (masstransit-wire §4.4).
 
+use std::collections::HashMap;
 use std::fmt;
+use std::sync::Arc;
 
 use url::Url;
 
@@ -182,7 +184,40 @@ pub struct EndpointAddress {
     pub bind_exchanges: Vec<String>,
 }
 
+/// Parsed addresses by their text, so that the few destinations a service sends to are parsed
+/// once, not per message ([`EndpointAddress::parse_shared`]).
+static PARSED: std::sync::LazyLock<std::sync::Mutex<HashMap<Box<str>, Arc<EndpointAddress>>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// How many parsed addresses [`PARSED`] keeps before it starts afresh (a service whose
+/// destinations are unbounded, such as one reply queue per requester, only parses again).
+const PARSED_CAPACITY: usize = 1024;
+
 impl EndpointAddress {
+    /// [`parse`](Self::parse), shared: an address parsed once is not parsed again (a bounded
+    /// process-wide cache).
+    ///
+    /// ```
+    /// use ferrybus_core::EndpointAddress;
+    /// let a = EndpointAddress::parse_shared("rabbitmq://localhost/orders").unwrap();
+    /// let b = EndpointAddress::parse_shared("rabbitmq://localhost/orders").unwrap();
+    /// assert!(std::sync::Arc::ptr_eq(&a, &b));
+    /// assert_eq!(a.name, "orders");
+    /// ```
+    pub fn parse_shared(address: &str) -> Result<Arc<Self>, AddressError> {
+        let cache = || PARSED.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(parsed) = cache().get(address) {
+            return Ok(parsed.clone());
+        }
+        let parsed = Arc::new(Self::parse(address)?);
+        let mut cache = cache();
+        if cache.len() >= PARSED_CAPACITY {
+            cache.clear();
+        }
+        cache.insert(address.into(), parsed.clone());
+        Ok(parsed)
+    }
+
     /// Parses a full address URI.
     pub fn parse(address: &str) -> Result<Self, AddressError> {
         let url = Url::parse(address).map_err(|e| AddressError::new(address, e.to_string()))?;

@@ -1,6 +1,7 @@
 //! Outgoing messages: what a publish, send or respond produces ([`OutgoingMessage`]), built by a
 //! [`MessageFactory`] with [`SendOptions`] and a [`MessageOrigin`].
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -83,9 +84,10 @@ impl OutgoingMessage {
             .is_ok_and(|address| address.name == crate::address::DIRECT_REPLY_TO)
     }
 
-    /// The destination entity (exchange) name: the last path segment of the destination address.
-    pub fn destination(&self) -> Result<EndpointAddress, AddressError> {
-        EndpointAddress::parse(&self.destination_address)
+    /// The destination address, parsed (once per distinct address:
+    /// [`EndpointAddress::parse_shared`]); its `name` is the exchange.
+    pub fn destination(&self) -> Result<Arc<EndpointAddress>, AddressError> {
+        EndpointAddress::parse_shared(&self.destination_address)
     }
 
     /// The transport properties MassTransit's outbox stores beside a message
@@ -96,7 +98,7 @@ impl OutgoingMessage {
             return None;
         }
         let mut properties = Map::new();
-        properties.insert("RMQ-Exchange".into(), Value::String(address.name));
+        properties.insert("RMQ-Exchange".into(), Value::String(address.name.clone()));
         Some(properties)
     }
 

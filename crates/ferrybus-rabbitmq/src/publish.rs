@@ -193,7 +193,7 @@ impl Publisher {
 /// and the span's `MT-Activity-Id`; the span ends with the outcome.
 async fn traced<F, Fut>(message: &OutgoingMessage, send: F) -> Result<()>
 where
-    F: FnOnce(EndpointAddress, Option<String>) -> Fut,
+    F: FnOnce(Arc<EndpointAddress>, Option<String>) -> Fut,
     Fut: std::future::Future<Output = Result<()>>,
 {
     let address = message.destination()?;
