@@ -28,12 +28,13 @@ use tracing::Instrument;
 use crate::connections::Connections;
 use crate::consumer_outbox::{self, InboxKey};
 use crate::error::{StoreError, StoreErrorKind};
-use crate::inbox::flow::{begin, claim, count_duplicate, deliver_after_commit, rollback, Claim};
+use crate::inbox::flow::{begin, claim, count_duplicate, deliver_after_commit, Claim};
 use crate::inbox::handoff::Committed;
 use crate::inbox::layer::Shared;
 use crate::inbox::sink::CaptureSink;
+use crate::inbox::InboxTransaction;
 use crate::inbox::{Handoff, InboxConfig};
-use crate::sql::StoredRow;
+use crate::sql::{Sql, StoredRow};
 use crate::telemetry::{timed, INBOX_STAGE_SECONDS as STAGE};
 
 /// The batch inbox as a tower layer over a batch pipeline (see the [module docs](self)).
@@ -119,18 +120,9 @@ async fn handle(
         .map(|item| key_of(&shared, item))
         .collect::<Result<Vec<_>, _>>()?;
     let sql = shared.config.storage().sql();
-    let txn = timed(STAGE, "begin", begin(&shared))
+    let (txn, claims) = timed(STAGE, "claim", claim_all(&shared, sql, &keys))
         .await
         .map_err(StoreError::into_consume_error)?;
-    let mut order: Vec<usize> = (0..keys.len()).collect();
-    order.sort_by_key(|&i| keys[i].message_id);
-    let mut claims = vec![Claim::Duplicate; keys.len()];
-    for i in order {
-        match timed(STAGE, "claim", claim(&txn, sql, keys[i], false)).await {
-            Ok(claimed) => claims[i] = claimed,
-            Err(error) => return Err(rollback(txn, error).await),
-        }
-    }
     let runs: Vec<bool> = claims
         .iter()
         .map(|c| matches!(c, Claim::Run { .. }))
@@ -182,17 +174,7 @@ async fn handle(
         txn.rollback().await;
         return Err(error);
     }
-    let written = timed(
-        STAGE,
-        "outbox_write",
-        write(&txn, sql, &kept, last, &messages),
-    )
-    .await;
-    let seqs = match written {
-        Ok(seqs) => seqs,
-        Err(error) => return Err(rollback(txn, error).await),
-    };
-    timed(STAGE, "commit", txn.commit())
+    let seqs = timed(STAGE, "commit", commit(txn, sql, &kept, last, &messages))
         .await
         .map_err(StoreError::into_consume_error)?;
     if messages.is_empty() {
@@ -221,11 +203,43 @@ async fn handle(
     .map_err(StoreError::into_consume_error)
 }
 
+/// Begins the batch's transaction and claims every message's inbox row, in message-id order
+/// (so two batches sharing messages lock alike).
+async fn claim_all(
+    shared: &Shared,
+    sql: &Sql,
+    keys: &[InboxKey],
+) -> Result<(InboxTransaction, Vec<Claim>), StoreError> {
+    let txn = begin(shared).await?;
+    let mut order: Vec<usize> = (0..keys.len()).collect();
+    order.sort_by_key(|&i| keys[i].message_id);
+    let mut claims = vec![Claim::Duplicate; keys.len()];
+    for i in order {
+        match claim(&txn, sql, keys[i], false).await {
+            Ok(claimed) => claims[i] = claimed,
+            Err(error) => return Err(txn.abort(error).await),
+        }
+    }
+    Ok((txn, claims))
+}
+
+/// Writes the batch's outbox rows ([`write`]) and commits; returns their sequence numbers.
+async fn commit(
+    txn: InboxTransaction,
+    sql: &Sql,
+    kept: &[(InboxKey, bool)],
+    last: InboxKey,
+    messages: &[ferrybus_core::OutgoingMessage],
+) -> Result<Vec<i64>, StoreError> {
+    let written = write(&txn, sql, kept, last, messages).await;
+    txn.finish(written).await
+}
+
 /// Marks older unconsumed rows consumed (rows this transaction inserted are already), and
 /// writes what the batch published under the last message's row.
 async fn write(
     txn: &impl ConnectionTrait,
-    sql: &crate::sql::Sql,
+    sql: &Sql,
     kept: &[(InboxKey, bool)],
     last: InboxKey,
     messages: &[ferrybus_core::OutgoingMessage],

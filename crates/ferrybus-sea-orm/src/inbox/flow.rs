@@ -101,11 +101,6 @@ where
     }
 }
 
-pub(super) async fn rollback(txn: InboxTransaction, error: StoreError) -> ConsumeError {
-    txn.rollback().await;
-    error.into_consume_error()
-}
-
 /// The inbox row of a delivery the consumer runs for, as the claim left it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum RunRow {
@@ -137,10 +132,7 @@ async fn begin_claim(
     let txn = begin(shared).await?;
     match claim(&txn, sql, key, pending).await {
         Ok(claim) => Ok((txn, claim)),
-        Err(error) => {
-            txn.rollback().await;
-            Err(error)
-        }
+        Err(error) => Err(txn.abort(error).await),
     }
 }
 
@@ -311,16 +303,7 @@ async fn commit(
     messages: &[OutgoingMessage],
 ) -> Result<Vec<i64>, StoreError> {
     let written = write(&txn, sql, key, row, messages).await;
-    match written {
-        Ok(seqs) => {
-            txn.commit().await?;
-            Ok(seqs)
-        }
-        Err(error) => {
-            txn.rollback().await;
-            Err(error)
-        }
-    }
+    txn.finish(written).await
 }
 
 /// The statements [`commit`] runs before its `COMMIT`.
@@ -358,10 +341,7 @@ pub(super) async fn deliver_after_commit(
     let async_commit = shared.config.is_async_delivered_commit();
     let state = match consumer_outbox::lock(&txn, sql, key, async_commit).await {
         Ok(state) => state,
-        Err(error) => {
-            txn.rollback().await;
-            return Err(error);
-        }
+        Err(error) => return Err(txn.abort(error).await),
     };
     let Some(state) = state.filter(|s| !s.delivered) else {
         return txn.commit().await;
@@ -380,10 +360,7 @@ async fn finish(
     result: Result<usize, StoreError>,
 ) -> Result<(), StoreError> {
     match result {
-        Err(error) if error.kind() == StoreErrorKind::Database => {
-            txn.rollback().await;
-            Err(error)
-        }
+        Err(error) if error.kind() == StoreErrorKind::Database => Err(txn.abort(error).await),
         result => {
             txn.commit().await?;
             result.map(drop)
@@ -402,10 +379,7 @@ async fn recover(
 ) -> Result<(), StoreError> {
     let rows = match consumer_outbox::load(&txn, sql, key, after).await {
         Ok(rows) => rows,
-        Err(error) => {
-            txn.rollback().await;
-            return Err(error);
-        }
+        Err(error) => return Err(txn.abort(error).await),
     };
     tracing::info!(
         target: "ferrybus::inbox",

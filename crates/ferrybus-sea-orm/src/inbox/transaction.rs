@@ -198,6 +198,24 @@ impl InboxTransaction {
         }
     }
 
+    /// Commits when `result` is `Ok` and passes it on; rolls back when it is an error and
+    /// passes that on.
+    pub(crate) async fn finish<T>(self, result: Result<T, StoreError>) -> Result<T, StoreError> {
+        match result {
+            Ok(value) => {
+                self.commit().await?;
+                Ok(value)
+            }
+            Err(error) => Err(self.abort(error).await),
+        }
+    }
+
+    /// Rolls back and passes `error` on.
+    pub(crate) async fn abort(self, error: StoreError) -> StoreError {
+        self.rollback().await;
+        error
+    }
+
     /// Rolls back. When someone still holds the transaction, its connection is closed when the
     /// last holder lets go (the server then rolls back).
     pub(crate) async fn rollback(self) {
