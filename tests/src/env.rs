@@ -131,7 +131,7 @@ impl TestEnv {
     pub async fn count(&self, sql: &str, id: Uuid) -> i64 {
         let row = self
             .db
-            .query_one(Statement::from_sql_and_values(
+            .query_one_raw(Statement::from_sql_and_values(
                 DbBackend::Postgres,
                 sql,
                 [id.into()],
@@ -155,7 +155,7 @@ impl TestEnv {
     pub async fn charges(&self, schema: &str, order_id: Uuid) -> Vec<i32> {
         let rows = self
             .db
-            .query_all(Statement::from_sql_and_values(
+            .query_all_raw(Statement::from_sql_and_values(
                 DbBackend::Postgres,
                 format!("SELECT attempts FROM \"{schema}\".charges WHERE order_id = $1 ORDER BY attempts"),
                 [order_id.into()],
@@ -170,7 +170,7 @@ impl TestEnv {
     /// The status of a payment, if it has a row.
     pub async fn payment_status(&self, schema: &str, payment_id: Uuid) -> Option<String> {
         self.db
-            .query_one(Statement::from_sql_and_values(
+            .query_one_raw(Statement::from_sql_and_values(
                 DbBackend::Postgres,
                 format!("SELECT status FROM \"{schema}\".payments WHERE payment_id = $1"),
                 [payment_id.into()],

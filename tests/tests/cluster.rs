@@ -183,7 +183,7 @@ fn node_number(host: &str) -> &'static str {
 async fn invoices(env: &TestEnv, schema: &str) -> i64 {
     let row = env
         .db
-        .query_one(Statement::from_string(
+        .query_one_raw(Statement::from_string(
             DbBackend::Postgres,
             format!("SELECT count(*) AS n FROM \"{schema}\".invoices"),
         ))
@@ -196,7 +196,7 @@ async fn invoices(env: &TestEnv, schema: &str) -> i64 {
 async fn invoiced(env: &TestEnv, schema: &str, ids: &[Uuid]) -> usize {
     let rows = env
         .db
-        .query_all(Statement::from_string(
+        .query_all_raw(Statement::from_string(
             DbBackend::Postgres,
             format!("SELECT DISTINCT order_id FROM \"{schema}\".invoices"),
         ))

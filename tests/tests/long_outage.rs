@@ -173,7 +173,7 @@ fn drain(events: &mut broadcast::Receiver<Event>) -> Vec<Event> {
 async fn invoices(env: &TestEnv, schema: &str) -> i64 {
     let row = env
         .db
-        .query_one(Statement::from_string(
+        .query_one_raw(Statement::from_string(
             DbBackend::Postgres,
             format!("SELECT count(*) AS n FROM \"{schema}\".invoices"),
         ))
@@ -187,7 +187,7 @@ async fn invoice_counts(env: &TestEnv, schema: &str, ids: &[Uuid]) -> (i64, i64)
     let ids: HashSet<Uuid> = ids.iter().copied().collect();
     let rows = env
         .db
-        .query_all(Statement::from_string(
+        .query_all_raw(Statement::from_string(
             DbBackend::Postgres,
             format!("SELECT order_id FROM \"{schema}\".invoices"),
         ))

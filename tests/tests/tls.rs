@@ -137,7 +137,7 @@ async fn connect(url: &str) -> Result<DatabaseConnection, sea_orm::DbErr> {
 
 async fn over_tls(db: &DatabaseConnection) -> bool {
     let row = db
-        .query_one(Statement::from_string(
+        .query_one_raw(Statement::from_string(
             DbBackend::Postgres,
             "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
         ))
@@ -269,7 +269,7 @@ async fn billing_runs_over_tls_to_both_services_and_checks_their_certificates() 
     );
     eventually("the invoice, over TLS both ways", WAIT, || async {
         let row = db
-            .query_one(Statement::from_string(DbBackend::Postgres, sql.clone()))
+            .query_one_raw(Statement::from_string(DbBackend::Postgres, sql.clone()))
             .await
             .ok()??;
         (row.try_get::<i64>("", "n").ok()? == 1).then_some(())

@@ -41,12 +41,13 @@ pub(crate) async fn pool(url: &str, schema: Option<&str>, size: u32) -> Result<P
 /// Creates schema `schema` with the tables.
 pub(crate) async fn create_schema(admin: &PgPool, schema: &str) -> Result<(), BoxError> {
     let mut tx = admin.begin().await?;
-    tx.execute(
-        format!("CREATE SCHEMA \"{schema}\"; SET LOCAL search_path = \"{schema}\";").as_str(),
-    )
+    tx.execute(sqlx::AssertSqlSafe(format!(
+        "CREATE SCHEMA \"{schema}\"; SET LOCAL search_path = \"{schema}\";"
+    )))
     .await?;
     let tables = Tables::dotnet_default().schema(schema);
-    tx.execute(migrate::sql(&tables, true).as_str()).await?;
+    tx.execute(sqlx::AssertSqlSafe(migrate::sql(&tables, true)))
+        .await?;
     tx.execute(BUSINESS_TABLE).await?;
     tx.commit().await?;
     Ok(())
@@ -55,15 +56,19 @@ pub(crate) async fn create_schema(admin: &PgPool, schema: &str) -> Result<(), Bo
 /// Drops schema `schema` and everything in it.
 pub(crate) async fn drop_schema(admin: &PgPool, schema: &str) -> Result<(), BoxError> {
     admin
-        .execute(format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE").as_str())
+        .execute(sqlx::AssertSqlSafe(format!(
+            "DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"
+        )))
         .await?;
     Ok(())
 }
 
 /// `SELECT count(*)` of `table` in `schema`.
 pub(crate) async fn count(admin: &PgPool, schema: &str, table: &str) -> Result<i64, BoxError> {
-    let n: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM \"{schema}\".{table}"))
-        .fetch_one(admin)
-        .await?;
+    let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT count(*) FROM \"{schema}\".{table}"
+    )))
+    .fetch_one(admin)
+    .await?;
     Ok(n)
 }

@@ -148,7 +148,7 @@ pub(crate) async fn plain(
 async fn insert_order(ctx: &ConsumeContext<OrderSubmitted>) -> Result<(), ConsumeError> {
     let order = ctx.message();
     ctx.db()
-        .execute(Statement::from_sql_and_values(
+        .execute_raw(Statement::from_sql_and_values(
             DbBackend::Postgres,
             db::INSERT_ORDER,
             [

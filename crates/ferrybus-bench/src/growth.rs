@@ -27,22 +27,24 @@ pub(crate) async fn fill_inbox(b: &Bench, schema: &str, n: u64) -> Result<(), Bo
     let mut left = n;
     while left > 0 {
         let batch = left.min(500_000);
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             r#"INSERT INTO "{schema}"."InboxState"
                ("MessageId", "ConsumerId", "LockId", "Received", "ReceiveCount", "Consumed", "Delivered")
                SELECT gen_random_uuid(), ('00000000-0000-4000-8000-00000000000' || (g % 4))::uuid,
                       gen_random_uuid(), t, 1, t, t
                FROM (SELECT g, now() - random() * interval '20 minutes' AS t
                      FROM generate_series(1, $1::bigint) g) s"#
-        ))
+        )))
         .bind(batch as i64)
         .execute(&b.admin)
         .await?;
         left -= batch;
     }
-    sqlx::query(&format!(r#"VACUUM ANALYZE "{schema}"."InboxState""#))
-        .execute(&b.admin)
-        .await?;
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        r#"VACUUM ANALYZE "{schema}"."InboxState""#
+    )))
+    .execute(&b.admin)
+    .await?;
     Ok(())
 }
 
@@ -57,7 +59,7 @@ async fn fill_relay(b: &Bench, schema: &str, n: u64) -> Result<(), BoxError> {
     let mut offset = 0u64;
     while left > 0 {
         let batch = left.min(200_000);
-        sqlx::query(&format!(
+        sqlx::query(sqlx::AssertSqlSafe(format!(
             r#"WITH ids AS (
                  SELECT g, md5('fb-bench-' || g::text)::uuid AS id,
                         now() - interval '1 hour' + g * interval '1 microsecond' AS t
@@ -71,7 +73,7 @@ async fn fill_relay(b: &Bench, schema: &str, n: u64) -> Result<(), BoxError> {
                SELECT id, t, gen_random_uuid(), $3, $4, $5, $6,
                       '{{"RMQ-Exchange": "' || $7 || '"}}'
                FROM ids"#
-        ))
+        )))
         .bind(offset as i64)
         .bind(batch as i64)
         .bind(crate::broker::ENVELOPE)
@@ -85,9 +87,11 @@ async fn fill_relay(b: &Bench, schema: &str, n: u64) -> Result<(), BoxError> {
         offset += batch;
     }
     for table in ["OutboxState", "OutboxMessage"] {
-        sqlx::query(&format!(r#"VACUUM ANALYZE "{schema}"."{table}""#))
-            .execute(&b.admin)
-            .await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            r#"VACUUM ANALYZE "{schema}"."{table}""#
+        )))
+        .execute(&b.admin)
+        .await?;
     }
     Ok(())
 }
@@ -195,7 +199,7 @@ fn expired_writer(
         let mut tick = tokio::time::interval(Duration::from_millis(50));
         while !stop.load(Ordering::Relaxed) {
             tick.tick().await;
-            if sqlx::query(&sql)
+            if sqlx::query(sqlx::AssertSqlSafe(sql.clone()))
                 .bind(per_tick as i64)
                 .execute(&admin)
                 .await
@@ -225,9 +229,9 @@ async fn cleanup_run(b: &Bench, what: &str, cleanup: bool) -> Result<(f64, i64, 
         })?;
     stop.store(true, Ordering::Relaxed);
     let written = writer.await.unwrap_or(0);
-    let left: i64 = sqlx::query_scalar(&format!(
+    let left: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
         r#"SELECT count(*) FROM "{schema}"."InboxState" WHERE "Delivered" < now() - interval '30 minutes'"#
-    ))
+    )))
     .fetch_one(&b.admin)
     .await?;
     let orders = db::count(&b.admin, &schema, "bench_orders").await?;

@@ -104,7 +104,7 @@ async fn migrate_creates_the_tables_and_check_accepts_them() {
             );
             let row = env
                 .db
-                .query_one(sea_orm::Statement::from_sql_and_values(
+                .query_one_raw(sea_orm::Statement::from_sql_and_values(
                     sea_orm::DbBackend::Postgres,
                     "SELECT count(*) AS n FROM information_schema.tables WHERE table_schema = $1",
                     [schema.clone().into()],

@@ -89,7 +89,7 @@ impl InboxCleanup {
             .unwrap_or(chrono::DateTime::<Utc>::MIN_UTC);
         let result = self
             .db
-            .execute(
+            .execute_raw(
                 self.config
                     .storage
                     .sql()

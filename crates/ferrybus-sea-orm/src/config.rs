@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use sea_orm::sea_query::ExprTrait;
 use sea_orm::sea_query::{Alias, Expr, Query};
 use sea_orm::{ConnectionTrait, FromQueryResult};
 
@@ -225,7 +226,7 @@ impl StorageConfig {
             .and_where(Expr::col(Alias::new("column_name")).eq(column))
             .to_owned();
         let row = db
-            .query_one(build(&query))
+            .query_one_raw(build(&query))
             .await
             .map_err(StoreError::database)?;
         let Some(row) = row else {

@@ -162,7 +162,7 @@ fn acquire_err(error: sea_orm::sqlx::Error) -> sea_orm::DbErr {
         sea_orm::sqlx::Error::PoolClosed => {
             DbErr::ConnectionAcquire(ConnAcquireErr::ConnectionClosed)
         }
-        other => DbErr::Conn(RuntimeErr::SqlxError(other)),
+        other => DbErr::Conn(RuntimeErr::SqlxError(std::sync::Arc::new(other))),
     }
 }
 

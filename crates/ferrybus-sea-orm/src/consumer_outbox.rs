@@ -29,7 +29,7 @@ pub(crate) async fn lock(
     key: InboxKey,
     async_commit: bool,
 ) -> Result<Option<RowState>, StoreError> {
-    let row = db.query_one(sql.inbox_lock(key, async_commit)).await?;
+    let row = db.query_one_raw(sql.inbox_lock(key, async_commit)).await?;
     Ok(row
         .as_ref()
         .map(|row| RowState::from_query_result(row, ""))
@@ -50,7 +50,7 @@ pub(crate) async fn insert(
     for (i, chunk) in messages.chunks(MAX_ROWS_PER_INSERT).enumerate() {
         let pending_at = (i == 0 && mark_pending).then(Utc::now);
         let rows = db
-            .query_all(sql.insert_inbox_messages(key, chunk, pending_at)?)
+            .query_all_raw(sql.insert_inbox_messages(key, chunk, pending_at)?)
             .await?;
         for row in &rows {
             seqs.push(Seq::from_query_result(row, "")?.seq);
@@ -67,7 +67,7 @@ pub(crate) async fn load(
     after: Option<i64>,
 ) -> Result<Vec<StoredRow>, StoreError> {
     let rows = db
-        .query_all(sql.inbox_messages(key, after.unwrap_or(0)))
+        .query_all_raw(sql.inbox_messages(key, after.unwrap_or(0)))
         .await?;
     rows.iter().map(read_message).collect()
 }
@@ -112,7 +112,7 @@ async fn finish(
     last: Option<i64>,
     complete: bool,
 ) -> Result<(), StoreError> {
-    db.execute(sql.inbox_finish(key, Utc::now(), last, Uuid::new_v4(), complete))
+    db.execute_raw(sql.inbox_finish(key, Utc::now(), last, Uuid::new_v4(), complete))
         .await?;
     Ok(())
 }

@@ -26,11 +26,14 @@ use ferrybus_core::saga::{
 };
 use ferrybus_core::{ConsumeError, ConsumeRequest};
 use sea_orm::prelude::Decimal;
+use sea_orm::sea_query::ExprTrait;
 use sea_orm::sea_query::{
     Alias, ColumnDef, Expr, LockType, OnConflict, PostgresQueryBuilder, Query, SimpleExpr, Table,
     TableRef,
 };
-use sea_orm::{ConnectionTrait, DbBackend, QueryResult, Statement, TransactionTrait, Value};
+use sea_orm::{
+    ConnectionTrait, DbBackend, QueryResult, Statement, TransactionSession, TransactionTrait, Value,
+};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::{Map, Value as Json};
@@ -204,16 +207,17 @@ impl SagaTable {
     }
 
     fn table(&self) -> TableRef {
-        TableRef::SchemaTable(
+        crate::sql::names::schema_table(
             Alias::new(self.schema.as_str()).into_iden(),
             Alias::new(self.name.as_str()).into_iden(),
+            None,
         )
     }
 
     fn version_expr(&self) -> SimpleExpr {
         match &self.token {
             ConcurrencyToken::Xmin => Expr::cust("xmin::text::bigint"),
-            ConcurrencyToken::Version(column) => Expr::col(Alias::new(column.as_str())).into(),
+            ConcurrencyToken::Version(column) => Expr::col(Alias::new(column.as_str())),
         }
     }
 
@@ -378,7 +382,7 @@ impl<T> PostgresSagaRepository<T> {
     {
         let schema = self.table.schema.replace('"', "\"\"");
         let txn = db.begin().await?;
-        txn.execute(Statement::from_sql_and_values(
+        txn.execute_raw(Statement::from_sql_and_values(
             DbBackend::Postgres,
             "SELECT pg_advisory_xact_lock(hashtext($1))",
             [format!("ferrybus.saga:{}.{}", self.table.schema, self.table.name).into()],
@@ -572,7 +576,7 @@ fn to_value(column: &Column, value: Option<&Json>) -> Result<Value, ConsumeError
             None => None,
             Some(v) => {
                 let s = v.as_str().map_or_else(|| v.to_string(), str::to_owned);
-                Some(Box::new(Decimal::from_str(&s).map_err(|_| bad())?))
+                Some(Decimal::from_str(&s).map_err(|_| bad())?)
             }
         }),
         ColumnType::Boolean => Value::Bool(match value {
@@ -581,24 +585,24 @@ fn to_value(column: &Column, value: Option<&Json>) -> Result<Value, ConsumeError
         }),
         ColumnType::Text => Value::String(match value {
             None => None,
-            Some(_) => Some(Box::new(text().ok_or_else(bad)?.to_owned())),
+            Some(_) => Some(text().ok_or_else(bad)?.to_owned()),
         }),
         ColumnType::Uuid => Value::Uuid(match value {
             None => None,
-            Some(_) => Some(Box::new(
+            Some(_) => Some(
                 text()
                     .and_then(|s| Uuid::parse_str(s).ok())
                     .ok_or_else(bad)?,
-            )),
+            ),
         }),
         ColumnType::Timestamp => Value::ChronoDateTimeUtc(match value {
             None => None,
-            Some(_) => Some(Box::new(
+            Some(_) => Some(
                 text()
                     .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
                     .map(|t| t.with_timezone(&Utc))
                     .ok_or_else(bad)?,
-            )),
+            ),
         }),
         ColumnType::Json => Value::Json(value.map(|v| Box::new(v.clone()))),
     })
@@ -626,7 +630,7 @@ where
     ) -> Result<Option<StoredSaga<T>>, ConsumeError> {
         let txn = request.try_transaction().ok_or_else(no_inbox)?;
         let Some(row) = txn
-            .query_one(self.load_statement(correlation_id))
+            .query_one_raw(self.load_statement(correlation_id))
             .await
             .map_err(db)?
         else {
@@ -690,7 +694,7 @@ where
             },
         };
         let result = txn
-            .execute(self.save_statement(change)?)
+            .execute_raw(self.save_statement(change)?)
             .await
             .map_err(db)?;
         Ok(if result.rows_affected() == 1 {

@@ -23,9 +23,9 @@
 use std::time::Duration;
 
 use chrono::{DateTime, TimeDelta, Utc};
+use sea_orm::sea_query::ExprTrait;
 use sea_orm::sea_query::{
     Alias, Asterisk, DynIden, Expr, Func, IntoIden, Order, Query, SelectStatement, SimpleExpr,
-    TableRef,
 };
 use sea_orm::{
     AccessMode, ConnectionTrait, DatabaseConnection, DatabaseTransaction, FromQueryResult,
@@ -292,12 +292,12 @@ async fn read(
     windows: Windows,
 ) -> Result<(Counts, Vec<LockHolder>), StoreError> {
     let row = txn
-        .query_one(build(&counts(names, windows, Utc::now())))
+        .query_one_raw(build(&counts(names, windows, Utc::now())))
         .await?
         .ok_or_else(|| StoreError::new(StoreErrorKind::Database, "status returned no row"))?;
     let counts = Counts::from_query_result(&row, "")?;
     let mut holders = Vec::new();
-    for row in txn.query_all(build(&lock_holders(names))).await? {
+    for row in txn.query_all_raw(build(&lock_holders(names))).await? {
         holders.push(LockHolder::from_query_result(&row, "")?);
     }
     Ok((counts, holders))
@@ -401,12 +401,12 @@ fn counts(names: &Names, windows: Windows, now: DateTime<Utc>) -> SelectStatemen
 /// ```
 fn lock_holders(names: &Names) -> SelectStatement {
     let (s, act) = (a("s"), a("a"));
-    let col = |name: &'static str| -> SimpleExpr { Expr::col((act.clone(), a(name))).into() };
+    let col = |name: &'static str| -> SimpleExpr { Expr::col((act.clone(), a(name))) };
     let text = |e: SimpleExpr| e.cast_as(Alias::new("text"));
     Query::select()
         .expr_as(col("pid"), a("pid"))
         .expr_as(
-            Func::cust(a("NULLIF")).args([col("application_name"), Expr::val("").into()]),
+            Func::cust(a("NULLIF")).args([col("application_name"), Expr::val("")]),
             a("application"),
         )
         .expr_as(Func::cust(a("host")).arg(col("client_addr")), a("client"))
@@ -418,8 +418,12 @@ fn lock_holders(names: &Names) -> SelectStatement {
         .expr_as(col("xact_start"), a("transaction_start"))
         .from(names.table_as(OutboxState, "s"))
         .inner_join(
-            TableRef::SchemaTableAlias(a("pg_catalog"), a("pg_stat_activity"), act.clone()),
-            Expr::expr(text(col("backend_xid"))).eq(text(Expr::col((s, a("xmax"))).into())),
+            crate::sql::names::schema_table(
+                a("pg_catalog"),
+                a("pg_stat_activity"),
+                Some(act.clone()),
+            ),
+            Expr::expr(text(col("backend_xid"))).eq(text(Expr::col((s, a("xmax"))))),
         )
         .and_where(Expr::expr(col("pid")).ne(Func::cust(a("pg_backend_pid"))))
         .add_group_by(

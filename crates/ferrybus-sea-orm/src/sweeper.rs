@@ -24,7 +24,7 @@ pub(crate) async fn sweep(
 ) -> Result<usize, StoreError> {
     let before = Utc::now() - chrono::Duration::from_std(age).unwrap_or(chrono::Duration::zero());
     let txn = begin.read_committed(db).await?;
-    let claimed = txn.query_all(sql.sweep_claim(before, batch)).await?;
+    let claimed = txn.query_all_raw(sql.sweep_claim(before, batch)).await?;
     let mut completed = 0;
     for row in &claimed {
         let stranded = StrandedInbox::from_query_result(row, "")?;

@@ -55,17 +55,21 @@ mod tests {
 
     #[test]
     fn connection_failures_are_transient() {
-        let reset = DbErr::Exec(RuntimeErr::SqlxError(sqlx::Error::Io(
+        let reset = DbErr::Exec(RuntimeErr::SqlxError(std::sync::Arc::new(sqlx::Error::Io(
             std::io::ErrorKind::ConnectionReset.into(),
-        )));
+        ))));
         assert_eq!(is_transient(&reset), Some(Dependency::Storage));
-        let timeout = DbErr::Conn(RuntimeErr::SqlxError(sqlx::Error::PoolTimedOut));
+        let timeout = DbErr::Conn(RuntimeErr::SqlxError(std::sync::Arc::new(
+            sqlx::Error::PoolTimedOut,
+        )));
         assert_eq!(is_transient(&timeout), Some(Dependency::Storage));
         assert_eq!(
             is_transient(&sqlx::Error::PoolTimedOut),
             Some(Dependency::Storage)
         );
-        let closed = DbErr::Conn(RuntimeErr::SqlxError(sqlx::Error::PoolClosed));
+        let closed = DbErr::Conn(RuntimeErr::SqlxError(std::sync::Arc::new(
+            sqlx::Error::PoolClosed,
+        )));
         assert_eq!(is_transient(&closed), None, "closed on purpose");
         assert_eq!(is_transient(&DbErr::Custom("bad".into())), None);
     }

@@ -336,7 +336,7 @@ async fn insert_invoice(
     order_id: Uuid,
 ) -> Result<(), ConsumeError> {
     ctx.db()
-        .execute(Statement::from_sql_and_values(
+        .execute_raw(Statement::from_sql_and_values(
             DbBackend::Postgres,
             format!("INSERT INTO {invoices} (order_id) VALUES ($1)"),
             [order_id.into()],

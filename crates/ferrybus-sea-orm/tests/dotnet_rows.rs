@@ -32,7 +32,7 @@ async fn insert_dotnet_row(
                    $5, $3, $6)"#
     );
     let run = |sql: String, values: Vec<Value>| {
-        schema.db.execute(Statement::from_sql_and_values(
+        schema.db.execute_raw(Statement::from_sql_and_values(
             DbBackend::Postgres,
             sql,
             values,

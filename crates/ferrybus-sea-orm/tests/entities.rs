@@ -161,6 +161,8 @@ macro_rules! exercise_entities {
         let mut active: $m::outbox_state::ActiveModel = state.into();
         active.last_sequence_number = Set(Some(7));
         $m::outbox_state::Entity::update(active)
+            .validate()
+            .unwrap()
             .on(&tables)
             .unwrap()
             .exec(db)
@@ -340,7 +342,7 @@ async fn status_counts_what_waits(shape: Shape) {
         .await
         .unwrap();
     let zone = db
-        .query_one(sea_orm::Statement::from_string(
+        .query_one_raw(sea_orm::Statement::from_string(
             sea_orm::DbBackend::Postgres,
             "SELECT current_setting('TimeZone') AS z",
         ))

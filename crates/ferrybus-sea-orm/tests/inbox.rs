@@ -76,7 +76,7 @@ fn endpoint(
                         charges.fetch_add(1, Ordering::SeqCst);
                         tokio::time::sleep(Duration::from_millis(30)).await; // the payment gateway
                         ctx.db()
-                            .execute(Statement::from_sql_and_values(
+                            .execute_raw(Statement::from_sql_and_values(
                                 DbBackend::Postgres,
                                 format!("INSERT INTO {table} (order_id) VALUES ($1)"),
                                 [order_id.into()],
@@ -343,7 +343,7 @@ fn invoice_consumer(
                 let order_id = ctx.message().order_id;
                 charges.fetch_add(1, Ordering::SeqCst);
                 ctx.db()
-                    .execute(Statement::from_sql_and_values(
+                    .execute_raw(Statement::from_sql_and_values(
                         DbBackend::Postgres,
                         format!("INSERT INTO {table} (order_id) VALUES ($1)"),
                         [order_id.into()],

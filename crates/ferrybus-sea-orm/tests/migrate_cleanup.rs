@@ -127,7 +127,7 @@ async fn inbox_row(tdb: &TestDb, delivered_ago: Option<Duration>) -> Uuid {
         tdb.ts(delivered_ago.map(at)),
     ];
     tdb.db
-        .execute(Statement::from_sql_and_values(
+        .execute_raw(Statement::from_sql_and_values(
             DbBackend::Postgres,
             sql,
             values,
@@ -146,7 +146,7 @@ async fn reference(tdb: &TestDb, message_id: Uuid) {
     );
     let values = [message_id.into(), Uuid::nil().into(), Uuid::new_v4().into()];
     tdb.db
-        .execute(Statement::from_sql_and_values(
+        .execute_raw(Statement::from_sql_and_values(
             DbBackend::Postgres,
             sql,
             values,

@@ -63,7 +63,7 @@ async fn insert_dotnet_state(
         tdb.c("Delivered")
     );
     tdb.db
-        .execute(Statement::from_sql_and_values(
+        .execute_raw(Statement::from_sql_and_values(
             DbBackend::Postgres,
             sql,
             [outbox_id.into(), tdb.ts(created), tdb.ts(delivered)],
@@ -410,7 +410,7 @@ async fn delivers_dotnet_rows(shape: Shape) {
         "rabbitmq://localhost/TrainingContract:OrderPlacedEvent".into(),
     ];
     tdb.db
-        .execute(Statement::from_sql_and_values(
+        .execute_raw(Statement::from_sql_and_values(
             DbBackend::Postgres,
             insert_message,
             values,
@@ -462,7 +462,7 @@ async fn rows_are_valid_for_dotnet(shape: Shape) {
     );
     let row = tdb
         .db
-        .query_one(Statement::from_sql_and_values(
+        .query_one_raw(Statement::from_sql_and_values(
             DbBackend::Postgres,
             sql,
             [id.into()],
@@ -518,7 +518,7 @@ async fn sweeper_delivers_stranded_rows(shape: Shape) {
         tdb.ts(old),
     ];
     tdb.db
-        .execute(Statement::from_sql_and_values(
+        .execute_raw(Statement::from_sql_and_values(
             DbBackend::Postgres,
             insert_inbox,
             values,
@@ -540,7 +540,7 @@ async fn sweeper_delivers_stranded_rows(shape: Shape) {
             body.into(),
         ];
         tdb.db
-            .execute(Statement::from_sql_and_values(
+            .execute_raw(Statement::from_sql_and_values(
                 DbBackend::Postgres,
                 insert,
                 values,

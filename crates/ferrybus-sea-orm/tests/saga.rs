@@ -164,7 +164,7 @@ async fn row(tdb: &TestDb, table: &SagaTable, id: Uuid) -> Option<(String, i32)>
     );
     let row = tdb
         .db
-        .query_one(Statement::from_sql_and_values(
+        .query_one_raw(Statement::from_sql_and_values(
             DbBackend::Postgres,
             sql,
             [id.into()],
@@ -298,7 +298,7 @@ async fn an_instance_dotnet_left_mid_way_is_taken_over() {
     let order_id = Uuid::now_v7();
     let invoice_id = Uuid::now_v7();
     tdb.db
-        .execute(Statement::from_sql_and_values(
+        .execute_raw(Statement::from_sql_and_values(
             DbBackend::Postgres,
             format!(
                 "INSERT INTO \"{}\".\"OrderState\" (\"CorrelationId\", \"CurrentState\", \"ItemCount\", \"InvoiceId\") \

@@ -120,7 +120,7 @@ impl Fixture {
         let row = self
             .tdb
             .db
-            .query_one(Statement::from_sql_and_values(
+            .query_one_raw(Statement::from_sql_and_values(
                 DbBackend::Postgres,
                 format!(
                     "SELECT current_state, timeout_token FROM \"{}\".order_state WHERE correlation_id = $1",

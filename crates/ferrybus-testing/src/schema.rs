@@ -236,7 +236,7 @@ impl TestSchema {
     pub async fn count(&self, sql: &str, values: Vec<Value>) -> i64 {
         let row = self
             .db
-            .query_one(Statement::from_sql_and_values(
+            .query_one_raw(Statement::from_sql_and_values(
                 DbBackend::Postgres,
                 format!("SELECT ({sql})::bigint AS n"),
                 values,

@@ -11,7 +11,7 @@
 use std::time::Duration;
 
 use rust_decimal::Decimal;
-use sea_orm::sea_query::{Expr, OnConflict};
+use sea_orm::sea_query::{Expr, ExprTrait, OnConflict};
 use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbErr, EntityTrait, Set};
 use uuid::Uuid;
 

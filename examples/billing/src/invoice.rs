@@ -162,7 +162,7 @@ impl Consumer<OrderPlaced> for InvoiceConsumer {
                             .to_owned(),
                     )
                     .in_schema(&self.schema)
-                    .do_nothing()
+                    .try_insert()
                     .exec(ctx.db())
                     .await?;
                 matches!(result, TryInsertResult::Inserted(_))

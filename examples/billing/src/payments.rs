@@ -60,7 +60,7 @@ pub async fn ensure_payment(
             .to_owned(),
     )
     .in_schema(schema)
-    .do_nothing()
+    .try_insert()
     .exec(db)
     .await?;
     Ok(())
@@ -109,10 +109,7 @@ impl PaymentsConsumer {
         ensure_payment(db, &self.schema, payment_id, order_id).await?;
         let moved = payments::Entity::update_many()
             .col_expr(payments::Column::Status, Expr::value(transition.to))
-            .col_expr(
-                payments::Column::UpdatedAt,
-                Expr::current_timestamp().into(),
-            )
+            .col_expr(payments::Column::UpdatedAt, Expr::current_timestamp())
             .filter(payments::Column::PaymentId.eq(payment_id))
             .filter(payments::Column::Status.is_in(transition.from.iter().copied()))
             .in_schema(&self.schema)

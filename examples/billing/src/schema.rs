@@ -20,7 +20,7 @@
 
 use ferrybus::sea_orm::entity::Retarget;
 use sea_orm::sea_query::{
-    Alias, ColumnDef, Expr, Iden, IntoIden, PostgresQueryBuilder, QuotedBuilder, Table,
+    Alias, ColumnDef, Expr, IntoIden, PostgresQueryBuilder, QuotedBuilder, Table,
     TableCreateStatement, TableRef,
 };
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbErr, EntityName, EntityTrait};
@@ -139,10 +139,7 @@ pub enum InvoiceKey {
 
 /// `<schema>.<entity's table>`.
 fn table<E: EntityTrait>(schema: &str, entity: E) -> TableRef {
-    TableRef::SchemaTable(
-        Alias::new(schema).into_iden(),
-        Alias::new(entity.table_name()).into_iden(),
-    )
+    TableRef::from((Alias::new(schema), Alias::new(entity.table_name())))
 }
 
 fn tables(schema: &str, key: InvoiceKey) -> [TableCreateStatement; 3] {
@@ -219,7 +216,7 @@ fn tables(schema: &str, key: InvoiceKey) -> [TableCreateStatement; 3] {
 /// quoted by sea-query).
 pub(crate) fn create_schema_sql(schema: &str) -> String {
     let mut sql = String::from("CREATE SCHEMA IF NOT EXISTS ");
-    Alias::new(schema).prepare(&mut sql, PostgresQueryBuilder.quote());
+    PostgresQueryBuilder.prepare_iden(&Alias::new(schema).into_iden(), &mut sql);
     sql
 }
 
@@ -231,8 +228,7 @@ pub async fn create(db: &DatabaseConnection, schema: &str, key: InvoiceKey) -> R
         .await?;
     txn.execute_unprepared(&create_schema_sql(schema)).await?;
     for statement in tables(schema, key) {
-        txn.execute(txn.get_database_backend().build(&statement))
-            .await?;
+        txn.execute(&statement).await?;
     }
     txn.commit().await
 }
@@ -240,7 +236,7 @@ pub async fn create(db: &DatabaseConnection, schema: &str, key: InvoiceKey) -> R
 /// Drops `schema` and everything in it (tests clean up with this).
 pub async fn drop(db: &DatabaseConnection, schema: &str) -> Result<(), DbErr> {
     let mut sql = String::from("DROP SCHEMA IF EXISTS ");
-    Alias::new(schema).prepare(&mut sql, PostgresQueryBuilder.quote());
+    PostgresQueryBuilder.prepare_iden(&Alias::new(schema).into_iden(), &mut sql);
     sql.push_str(" CASCADE");
     db.execute_unprepared(&sql).await.map(|_| ())
 }

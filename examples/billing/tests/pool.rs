@@ -21,7 +21,7 @@ fn with_application_name(url: &str, name: &str) -> String {
 }
 
 async fn count(db: &DatabaseConnection, sql: String) -> i64 {
-    db.query_one(Statement::from_string(DbBackend::Postgres, sql))
+    db.query_one_raw(Statement::from_string(DbBackend::Postgres, sql))
         .await
         .expect("count")
         .expect("a row")

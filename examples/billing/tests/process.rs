@@ -225,7 +225,7 @@ async fn sigterm_mid_burst_finishes_in_flight_orders_and_takes_nothing_new() {
 
 async fn count(db: &sea_orm::DatabaseConnection, sql: &str) -> Option<i64> {
     let row = db
-        .query_one(Statement::from_string(DbBackend::Postgres, sql.to_owned()))
+        .query_one_raw(Statement::from_string(DbBackend::Postgres, sql.to_owned()))
         .await
         .ok()??;
     row.try_get::<i64>("", "n").ok()

@@ -76,7 +76,7 @@ impl Isolated {
         let row = self
             .billing
             .db()
-            .query_one(Statement::from_string(DbBackend::Postgres, sql))
+            .query_one_raw(Statement::from_string(DbBackend::Postgres, sql))
             .await
             .expect("count")
             .expect("a row");

@@ -13,7 +13,7 @@ use ferrybus::sea_orm::BusOutbox;
 use ferrybus::{Publish, PublishError, SendOptions};
 use rust_decimal::Decimal;
 use sea_orm::sea_query::{
-    Alias, ColumnDef, Expr, Iden, IntoIden, OnConflict, PostgresQueryBuilder, QuotedBuilder, Table,
+    Alias, ColumnDef, Expr, IntoIden, OnConflict, PostgresQueryBuilder, QuotedBuilder, Table,
     TableRef,
 };
 use sea_orm::{
@@ -122,13 +122,13 @@ pub async fn create_schema(db: &DatabaseConnection, schema: &str) -> Result<(), 
         .await?;
     // sea-query has no CREATE SCHEMA statement: fixed text, the name quoted by sea-query.
     let mut create = String::from("CREATE SCHEMA IF NOT EXISTS ");
-    Alias::new(schema).prepare(&mut create, PostgresQueryBuilder.quote());
+    PostgresQueryBuilder.prepare_iden(&Alias::new(schema).into_iden(), &mut create);
     txn.execute_unprepared(&create).await?;
     let table = Table::create()
-        .table(TableRef::SchemaTable(
-            Alias::new(schema).into_iden(),
-            Alias::new(order::Entity.table_name()).into_iden(),
-        ))
+        .table(TableRef::from((
+            Alias::new(schema),
+            Alias::new(order::Entity.table_name()),
+        )))
         .if_not_exists()
         .col(ColumnDef::new(order::Column::Id).uuid().primary_key())
         .col(ColumnDef::new(order::Column::Total).decimal().not_null())
@@ -141,8 +141,7 @@ pub async fn create_schema(db: &DatabaseConnection, schema: &str) -> Result<(), 
                 .default(Expr::current_timestamp()),
         )
         .to_owned();
-    txn.execute(txn.get_database_backend().build(&table))
-        .await?;
+    txn.execute(&table).await?;
     txn.commit().await
 }
 
@@ -214,7 +213,7 @@ async fn place_order(
             .to_owned(),
     )
     .retarget(&state.schema, order::Entity.table_name())
-    .do_nothing()
+    .try_insert()
     .exec(&txn)
     .await?;
     if !matches!(inserted, TryInsertResult::Inserted(_)) {

@@ -80,7 +80,7 @@ impl Process {
 
 async fn instance(db: &DatabaseConnection, schema: &str, id: Uuid) -> Option<(String, i32)> {
     let row = db
-        .query_one(Statement::from_sql_and_values(
+        .query_one_raw(Statement::from_sql_and_values(
             DbBackend::Postgres,
             format!(
                 "SELECT current_state, item_count FROM \"{schema}\".order_state WHERE correlation_id = $1"

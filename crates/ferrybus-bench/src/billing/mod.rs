@@ -111,11 +111,11 @@ async fn fill(b: &Bench, queue: &str, n: usize) -> Result<(), BoxError> {
 
 /// (invoices, captured payments of those invoices) in `billing`.
 async fn progress(b: &Bench, billing: &str) -> Result<(i64, i64), BoxError> {
-    let row: (i64, i64) = sqlx::query_as(&format!(
+    let row: (i64, i64) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
         "SELECT (SELECT count(*) FROM \"{billing}\".invoices), \
                 (SELECT count(*) FROM \"{billing}\".payments p JOIN \"{billing}\".invoices i \
                  ON i.order_id = p.order_id WHERE p.status = 'Captured')"
-    ))
+    )))
     .fetch_one(&b.admin)
     .await?;
     Ok(row)

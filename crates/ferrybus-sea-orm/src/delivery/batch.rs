@@ -114,7 +114,7 @@ impl OutboxDeliveryService {
             self.config.outboxes_per_claim,
             self.config.messages_per_outbox,
         );
-        let rows = txn.query_all(statement).await?;
+        let rows = txn.query_all_raw(statement).await?;
         // A claimed outbox with no message left comes as one row whose message is NULL.
         let sequence_number = MessageColumn::SequenceNumber.as_str();
         let mut claimed: Vec<Claimed> = Vec::new();
@@ -184,15 +184,15 @@ impl OutboxDeliveryService {
     async fn finish(&self, txn: &DatabaseTransaction, results: &Results) -> Result<(), StoreError> {
         let sql = self.config.storage.sql();
         if !results.complete.is_empty() || !results.sent_seqs.is_empty() {
-            txn.execute(sql.delete_outbox_messages(&results.complete, &results.sent_seqs))
+            txn.execute_raw(sql.delete_outbox_messages(&results.complete, &results.sent_seqs))
                 .await?;
         }
         if !results.complete.is_empty() {
-            txn.execute(sql.delete_outbox_states(&results.complete))
+            txn.execute_raw(sql.delete_outbox_states(&results.complete))
                 .await?;
         }
         for (id, seq) in &results.progress {
-            txn.execute(sql.outbox_progress(*id, *seq)).await?;
+            txn.execute_raw(sql.outbox_progress(*id, *seq)).await?;
         }
         Ok(())
     }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use sea_orm::sqlx::postgres::PgListener;
 use sea_orm::sqlx::PgPool;
-use sea_orm::DatabaseConnection;
+use sea_orm::{DatabaseConnection, DatabaseConnectionType};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -18,7 +18,7 @@ use crate::error::StoreError;
 pub(crate) fn postgres_pool(db: &DatabaseConnection) -> Result<PgPool, StoreError> {
     // `if let`, not a match: which other variants exist depends on the sea-orm features the
     // application enables (mock, proxy, other backends).
-    if let DatabaseConnection::SqlxPostgresPoolConnection(_) = db {
+    if let DatabaseConnectionType::SqlxPostgresPoolConnection(_) = &db.inner {
         return Ok(db.get_postgres_connection_pool().clone());
     }
     Err(StoreError::config(
@@ -78,7 +78,7 @@ mod tests {
 
     #[test]
     fn a_connection_that_is_not_postgres_is_a_config_error() {
-        let error = postgres_pool(&DatabaseConnection::Disconnected).unwrap_err();
+        let error = postgres_pool(&DatabaseConnection::default()).unwrap_err();
         assert_eq!(error.kind(), StoreErrorKind::Config);
         assert!(error.to_string().contains("PostgreSQL"), "{error}");
     }

@@ -57,8 +57,8 @@
 
 use sea_orm::sea_query::{Alias, IntoIden, TableRef};
 use sea_orm::{
-    ActiveModelTrait, DeleteMany, DeleteOne, EntityName, EntityTrait, Insert, QueryTrait, Select,
-    UpdateMany, UpdateOne,
+    ActiveModelTrait, DeleteMany, EntityName, EntityTrait, Insert, QueryTrait, Select, UpdateMany,
+    ValidatedDeleteOne, ValidatedUpdateOne,
 };
 
 use crate::config::{NamingStyle, Tables};
@@ -112,10 +112,10 @@ pub(crate) use outbox_entity;
 
 /// `schema.table AS <the entity's table name>`.
 fn aliased<E: EntityTrait>(schema: &str, table: &str) -> TableRef {
-    TableRef::SchemaTableAlias(
+    crate::sql::names::schema_table(
         Alias::new(schema).into_iden(),
         Alias::new(table).into_iden(),
-        Alias::new(E::default().table_name()).into_iden(),
+        Some(Alias::new(E::default().table_name()).into_iden()),
     )
 }
 
@@ -189,7 +189,7 @@ impl<E: EntityTrait> Retarget for UpdateMany<E> {
     }
 }
 
-impl<A: ActiveModelTrait> Retarget for UpdateOne<A> {
+impl<A: ActiveModelTrait> Retarget for ValidatedUpdateOne<A> {
     type Entity = A::Entity;
 
     fn retarget(mut self, schema: &str, table: &str) -> Self {
@@ -207,11 +207,11 @@ impl<E: EntityTrait> Retarget for DeleteMany<E> {
     }
 }
 
-impl<A: ActiveModelTrait> Retarget for DeleteOne<A> {
-    type Entity = A::Entity;
+impl<E: EntityTrait> Retarget for ValidatedDeleteOne<E> {
+    type Entity = E;
 
     fn retarget(mut self, schema: &str, table: &str) -> Self {
-        self.query().from_table(aliased::<A::Entity>(schema, table));
+        self.query().from_table(aliased::<E>(schema, table));
         self
     }
 }

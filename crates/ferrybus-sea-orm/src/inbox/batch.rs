@@ -249,7 +249,8 @@ async fn write(
     let marked_by_insert = |key: InboxKey| key == last && !messages.is_empty();
     for &(key, inserted) in kept {
         if !inserted && !marked_by_insert(key) {
-            txn.execute(sql.inbox_consumed_delivered(key, now)).await?;
+            txn.execute_raw(sql.inbox_consumed_delivered(key, now))
+                .await?;
         }
     }
     if messages.is_empty() {

@@ -25,7 +25,7 @@ use crate::inbox::InboxTransaction;
 ///
 /// async fn invoice(ctx: ConsumeContext<OrderPlaced>) -> Result<(), ConsumeError> {
 ///     ctx.db()
-///         .execute(Statement::from_sql_and_values(
+///         .execute_raw(Statement::from_sql_and_values(
 ///             DbBackend::Postgres,
 ///             "INSERT INTO invoices (order_id) VALUES ($1)",
 ///             [ctx.message().order_id.into()],

@@ -161,7 +161,7 @@ pub(super) async fn claim(
     for _ in 0..3 {
         let lock_id = Uuid::new_v4();
         if txn
-            .execute(sql.inbox_insert(key, lock_id, Utc::now(), pending))
+            .execute_raw(sql.inbox_insert(key, lock_id, Utc::now(), pending))
             .await?
             .rows_affected()
             == 1
@@ -188,7 +188,10 @@ async fn relock(
     sql: &Sql,
     key: InboxKey,
 ) -> Result<Option<Claim>, StoreError> {
-    let Some(row) = txn.query_one(sql.inbox_relock(key, Uuid::new_v4())).await? else {
+    let Some(row) = txn
+        .query_one_raw(sql.inbox_relock(key, Uuid::new_v4()))
+        .await?
+    else {
         return Ok(None);
     };
     let state = RowState::from_query_result(&row, "")?;
@@ -319,7 +322,7 @@ async fn write(
         (RunRow::Pending, false) => consumer_outbox::insert(txn, sql, key, messages, false).await,
         (_, false) => consumer_outbox::insert(txn, sql, key, messages, true).await,
         (_, true) => {
-            txn.execute(sql.inbox_consumed_delivered(key, Utc::now()))
+            txn.execute_raw(sql.inbox_consumed_delivered(key, Utc::now()))
                 .await?;
             Ok(Vec::new())
         }

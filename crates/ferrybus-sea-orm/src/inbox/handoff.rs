@@ -166,7 +166,7 @@ impl Sender {
         let keys: Vec<InboxKey> = batch.iter().map(|c| c.key).collect();
         let txn = self.begin.read_committed(&self.db).await?;
         let locked = txn
-            .query_all(sql.inbox_lock_many(&keys, self.async_commit))
+            .query_all_raw(sql.inbox_lock_many(&keys, self.async_commit))
             .await?;
         let mut after: HashMap<InboxKey, i64> = HashMap::with_capacity(locked.len());
         for row in &locked {
@@ -203,7 +203,7 @@ impl Sender {
                         "sending a consumer-outbox message failed; the sweeper will retry"
                     );
                     if outcome.processed_upto.is_some() {
-                        txn.execute(sql.inbox_finish(
+                        txn.execute_raw(sql.inbox_finish(
                             key,
                             now,
                             outcome.processed_upto,
@@ -216,7 +216,8 @@ impl Sender {
             }
         }
         if !complete.is_empty() {
-            txn.execute(sql.inbox_finish_many(&complete, now)).await?;
+            txn.execute_raw(sql.inbox_finish_many(&complete, now))
+                .await?;
         }
         txn.commit().await?;
         Ok(())

@@ -16,7 +16,7 @@ use sea_orm::sqlx::{self, Executor};
 use sea_orm::{
     ConnectionTrait, DbBackend, DbErr, ExecResult, QueryResult, RuntimeErr, Statement, StreamTrait,
 };
-use sea_query_binder::SqlxValues;
+use sea_query_sqlx::SqlxValues;
 use tokio::sync::Mutex;
 
 use crate::connections::{Connections, Lease, LeaseState};
@@ -44,7 +44,7 @@ use crate::sql::BEGIN_READ_COMMITTED;
 /// # }
 /// async fn consume(ctx: ConsumeContext<OrderPlaced>) -> Result<(), ConsumeError> {
 ///     let db = ctx.db(); // &InboxTransaction
-///     db.execute(Statement::from_sql_and_values(
+///     db.execute_raw(Statement::from_sql_and_values(
 ///         DbBackend::Postgres,
 ///         "INSERT INTO invoices (order_id) VALUES ($1)",
 ///         [ctx.message().order_id.into()],
@@ -88,7 +88,10 @@ impl Open {
 
     /// Runs `ROLLBACK`; the connection is closed when that fails.
     async fn rollback(&mut self) {
-        let result = self.conn().execute(sqlx::raw_sql("ROLLBACK")).await;
+        let result = self
+            .conn()
+            .execute(sqlx::raw_sql(sqlx::AssertSqlSafe("ROLLBACK")))
+            .await;
         match result {
             Ok(_) if self.lease.state() != LeaseState::Broken => {
                 self.lease.set_state(LeaseState::Clean)
@@ -116,18 +119,20 @@ fn connection_failed(error: &sqlx::Error) -> bool {
 /// A failed statement, as sea-orm reports it (so [`is_transient`](crate::is_transient) and
 /// `DbErr::sql_err` read it alike).
 fn exec_err(error: sqlx::Error) -> DbErr {
-    DbErr::Exec(RuntimeErr::SqlxError(error))
+    DbErr::Exec(RuntimeErr::SqlxError(Arc::new(error)))
 }
 
 /// A failed query, as sea-orm reports it.
 fn query_err(error: sqlx::Error) -> DbErr {
-    DbErr::Query(RuntimeErr::SqlxError(error))
+    DbErr::Query(RuntimeErr::SqlxError(Arc::new(error)))
 }
 
 /// The sqlx query of `stmt`, its values moved (sea-orm's driver clones them).
 fn query(stmt: &mut Statement) -> sqlx::query::Query<'_, sqlx::Postgres, SqlxValues> {
     let values = stmt.values.take().unwrap_or(sea_orm::Values(Vec::new()));
-    sqlx::query_with(&stmt.sql, SqlxValues(values))
+    // The text is a statement sea-query built (or the application wrote as sea-orm `Statement`);
+    // its values are bound.
+    sqlx::query_with(sqlx::AssertSqlSafe(stmt.sql.as_str()), SqlxValues(values))
 }
 
 impl InboxTransaction {
@@ -139,7 +144,7 @@ impl InboxTransaction {
         };
         let result = open
             .conn()
-            .execute(sqlx::raw_sql(BEGIN_READ_COMMITTED))
+            .execute(sqlx::raw_sql(sqlx::AssertSqlSafe(BEGIN_READ_COMMITTED)))
             .await;
         if let Err(error) = result {
             if connection_failed(&error) {
@@ -178,7 +183,10 @@ impl InboxTransaction {
                  but the consumer returned Ok: nothing was committed",
             ));
         }
-        let result = open.conn().execute(sqlx::raw_sql("COMMIT")).await;
+        let result = open
+            .conn()
+            .execute(sqlx::raw_sql(sqlx::AssertSqlSafe("COMMIT")))
+            .await;
         match result {
             Ok(_) => {
                 open.lease.set_state(LeaseState::Clean);
@@ -231,7 +239,7 @@ impl ConnectionTrait for InboxTransaction {
         DbBackend::Postgres
     }
 
-    async fn execute(&self, mut stmt: Statement) -> Result<ExecResult, DbErr> {
+    async fn execute_raw(&self, mut stmt: Statement) -> Result<ExecResult, DbErr> {
         let mut open = self.inner.lock().await;
         let result = query(&mut stmt).execute(open.conn()).await;
         open.record(&result);
@@ -240,12 +248,16 @@ impl ConnectionTrait for InboxTransaction {
 
     async fn execute_unprepared(&self, sql: &str) -> Result<ExecResult, DbErr> {
         let mut open = self.inner.lock().await;
-        let result = open.conn().execute(sqlx::raw_sql(sql)).await;
+        // As sea-orm's own `execute_unprepared`: the application's text, run as it is.
+        let result = open
+            .conn()
+            .execute(sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned())))
+            .await;
         open.record(&result);
         result.map(ExecResult::from).map_err(exec_err)
     }
 
-    async fn query_one(&self, mut stmt: Statement) -> Result<Option<QueryResult>, DbErr> {
+    async fn query_one_raw(&self, mut stmt: Statement) -> Result<Option<QueryResult>, DbErr> {
         let mut open = self.inner.lock().await;
         let result = query(&mut stmt).fetch_optional(open.conn()).await;
         open.record(&result);
@@ -254,7 +266,7 @@ impl ConnectionTrait for InboxTransaction {
             .map_err(query_err)
     }
 
-    async fn query_all(&self, mut stmt: Statement) -> Result<Vec<QueryResult>, DbErr> {
+    async fn query_all_raw(&self, mut stmt: Statement) -> Result<Vec<QueryResult>, DbErr> {
         let mut open = self.inner.lock().await;
         let result = query(&mut stmt).fetch_all(open.conn()).await;
         open.record(&result);
@@ -274,12 +286,16 @@ type Rows = futures::stream::Iter<
 impl StreamTrait for InboxTransaction {
     type Stream<'a> = Rows;
 
-    fn stream<'a>(
+    fn get_database_backend(&self) -> DbBackend {
+        DbBackend::Postgres
+    }
+
+    fn stream_raw<'a>(
         &'a self,
         stmt: Statement,
     ) -> Pin<Box<dyn Future<Output = Result<Self::Stream<'a>, DbErr>> + 'a + Send>> {
         Box::pin(async move {
-            let rows = self.query_all(stmt).await?;
+            let rows = self.query_all_raw(stmt).await?;
             let ok: fn(QueryResult) -> Result<QueryResult, DbErr> = Ok;
             Ok(futures::stream::iter(rows.into_iter().map(ok)))
         })
@@ -320,7 +336,7 @@ mod tests {
         txn.commit().await.unwrap();
         let txn = InboxTransaction::begin(&connections).await.unwrap();
         let level = txn
-            .query_one(Statement::from_string(
+            .query_one_raw(Statement::from_string(
                 DbBackend::Postgres,
                 "SELECT current_setting('transaction_isolation') AS level",
             ))
@@ -351,7 +367,7 @@ mod tests {
         let error = txn.commit().await.unwrap_err();
         assert_eq!(error.kind(), StoreErrorKind::TransactionAborted);
         let count = admin
-            .query_one(Statement::from_string(
+            .query_one_raw(Statement::from_string(
                 DbBackend::Postgres,
                 format!("SELECT count(*)::int AS n FROM {table}"),
             ))

@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use sea_orm::sea_query::ExprTrait;
 use sea_orm::sea_query::{
     extension::postgres::PgFunc, Alias, DynIden, Expr, IntoIden, Order, Query, SimpleExpr, TableRef,
 };
@@ -25,7 +26,7 @@ fn text(table: &DynIden, column: &'static str) -> SimpleExpr {
 
 /// `schema.name AS alias` of a catalog table.
 fn catalog(schema: &'static str, name: &'static str, alias: &DynIden) -> TableRef {
-    TableRef::SchemaTableAlias(a(schema), a(name), alias.clone())
+    crate::sql::names::schema_table(a(schema), a(name), Some(alias.clone()))
 }
 
 /// A column as `information_schema.columns` describes it.
@@ -75,7 +76,7 @@ pub(crate) async fn columns(
         .and_where(Expr::expr(text(&c, "table_name")).is_in(names.iter().copied()))
         .to_owned();
     let mut tables: BTreeMap<String, BTreeMap<String, Column>> = BTreeMap::new();
-    for row in db.query_all(build(&query)).await? {
+    for row in db.query_all_raw(build(&query)).await? {
         let row = ColumnRow::from_query_result(&row, "")?;
         tables.entry(row.table_name).or_default().insert(
             row.column_name,
@@ -133,7 +134,7 @@ pub(crate) async fn unique_keys(
         .and_where(Expr::col((i.clone(), a("indpred"))).is_null())
         .to_owned();
     let mut keys: BTreeMap<i64, BTreeSet<String>> = BTreeMap::new();
-    for row in db.query_all(build(&query)).await? {
+    for row in db.query_all_raw(build(&query)).await? {
         let row = IndexColumnRow::from_query_result(&row, "")?;
         keys.entry(row.index).or_default().insert(row.column_name);
     }
@@ -195,7 +196,7 @@ pub(crate) async fn foreign_keys(
         .order_by_expr(text(&f, "relname"), Order::Asc)
         .order_by_expr(text(&k, "conname"), Order::Asc)
         .to_owned();
-    let rows = db.query_all(build(&query)).await?;
+    let rows = db.query_all_raw(build(&query)).await?;
     rows.iter()
         .map(|row| ForeignKey::from_query_result(row, ""))
         .collect()

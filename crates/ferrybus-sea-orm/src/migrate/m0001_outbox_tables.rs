@@ -47,11 +47,15 @@ impl CreateOutboxTables {
         let t = &self.tables;
         let n = Names::new(t);
         let mut steps = vec![Step::Schema(t.schema_name().to_owned())];
-        steps.push(Step::Table(inbox_table(&n, t)));
-        steps.push(Step::Table(state_table(&n, t)));
-        steps.push(Step::Table(message_table(&n, t, self.foreign_keys)));
+        steps.push(Step::Table(Box::new(inbox_table(&n, t))));
+        steps.push(Step::Table(Box::new(state_table(&n, t))));
+        steps.push(Step::Table(Box::new(message_table(
+            &n,
+            t,
+            self.foreign_keys,
+        ))));
         for index in indexes(&n, t) {
-            steps.push(Step::Index(index));
+            steps.push(Step::Index(Box::new(index)));
         }
         steps
     }
@@ -74,7 +78,7 @@ impl MigrationTrait for CreateOutboxTables {
         let lock = Query::select()
             .expr(Func::cust(Alias::new("pg_advisory_xact_lock")).arg(ADVISORY_LOCK_KEY))
             .to_owned();
-        db.execute(build(&lock)).await?;
+        db.execute_raw(build(&lock)).await?;
         for step in self.steps() {
             db.execute_unprepared(&step.to_sql()).await?;
         }
@@ -82,7 +86,7 @@ impl MigrationTrait for CreateOutboxTables {
             let n = Names::new(&self.tables);
             for (to, fk) in foreign_keys(&n, &self.tables) {
                 if !has_foreign_key(db, &self.tables, OutboxMessage, to).await? {
-                    db.execute(build(&fk)).await?;
+                    db.execute_raw(build(&fk)).await?;
                 }
             }
         }

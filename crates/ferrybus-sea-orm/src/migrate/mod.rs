@@ -40,7 +40,7 @@ mod catalog;
 mod check;
 mod m0001_outbox_tables;
 
-use sea_orm::sea_query::{Alias, Iden, PostgresQueryBuilder, QuotedBuilder};
+use sea_orm::sea_query::{Alias, IntoIden, PostgresQueryBuilder, QuotedBuilder};
 use sea_orm::{ConnectionTrait, DatabaseConnection, TransactionTrait};
 use sea_orm_migration::{MigrationTrait, SchemaManager};
 
@@ -86,19 +86,19 @@ pub(crate) enum Step {
     /// `CREATE SCHEMA IF NOT EXISTS`.
     Schema(String),
     /// `CREATE TABLE IF NOT EXISTS`.
-    Table(sea_orm::sea_query::TableCreateStatement),
+    Table(Box<sea_orm::sea_query::TableCreateStatement>),
     /// `CREATE [UNIQUE] INDEX IF NOT EXISTS`.
-    Index(sea_orm::sea_query::IndexCreateStatement),
+    Index(Box<sea_orm::sea_query::IndexCreateStatement>),
 }
 
 impl Step {
     fn to_sql(&self) -> String {
         match self {
-            // sea-query 0.32 has no CREATE SCHEMA statement: the fixed text, with the name
-            // quoted by sea-query.
+            // sea-query has no CREATE SCHEMA statement: the fixed text, with the name quoted
+            // by sea-query.
             Step::Schema(schema) => {
                 let mut sql = String::from("CREATE SCHEMA IF NOT EXISTS ");
-                Alias::new(schema).prepare(&mut sql, PostgresQueryBuilder.quote());
+                PostgresQueryBuilder.prepare_iden(&Alias::new(schema).into_iden(), &mut sql);
                 sql
             }
             Step::Table(table) => table.to_string(PostgresQueryBuilder),

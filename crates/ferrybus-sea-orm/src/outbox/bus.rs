@@ -86,7 +86,7 @@ impl BusOutbox {
             .config
             .sql()
             .bus_insert(Utc::now(), self.config.channel(), message)?;
-        let row = db.query_one(statement).await?.ok_or_else(|| {
+        let row = db.query_one_raw(statement).await?.ok_or_else(|| {
             StoreError::new(
                 StoreErrorKind::Database,
                 "the outbox insert returned no row",

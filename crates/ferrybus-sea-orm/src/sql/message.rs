@@ -3,7 +3,7 @@
 use base64::Engine as _;
 use ferrybus_core::envelope::ENVELOPE_CONTENT_TYPE;
 use ferrybus_core::{Envelope, Headers, OutgoingMessage};
-use sea_orm::sea_query::{Alias, SimpleExpr};
+use sea_orm::sea_query::{Alias, ExprTrait, SimpleExpr};
 use sea_orm::{FromQueryResult, IdenStatic, Iterable, QueryResult, Value};
 use serde_json::Value as Json;
 

@@ -12,10 +12,11 @@ use std::sync::OnceLock;
 
 use chrono::{DateTime, Utc};
 use ferrybus_core::OutgoingMessage;
+use sea_orm::sea_query::ExprTrait;
 use sea_orm::sea_query::{
     extension::postgres::PgExpr, Alias, Asterisk, CommonTableExpression, Expr, Func, IntoIden,
     JoinType, LockBehavior, LockType, OnConflict, Order, PgFunc, Query, SelectStatement,
-    SimpleExpr, TableRef,
+    SimpleExpr, SubQueryStatement, TableRef,
 };
 use sea_orm::{
     ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, FromQueryResult,
@@ -114,7 +115,7 @@ async fn default_is_read_committed(db: &DatabaseConnection) -> Result<bool, Stor
             Alias::new("level"),
         )
         .to_owned();
-    let row = db.query_one(build(&query)).await?;
+    let row = db.query_one_raw(build(&query)).await?;
     let level: Option<String> = row.map(|r| r.try_get("", "level")).transpose()?;
     Ok(level.is_some_and(|l| l.eq_ignore_ascii_case("read committed")))
 }
@@ -329,7 +330,7 @@ impl Sql {
                 n.ts(now),
                 0i32.into(),
                 n.ts(now),
-                Expr::val(delivered).into(),
+                Expr::val(delivered),
             ])
             .on_conflict(
                 OnConflict::columns([
@@ -492,7 +493,7 @@ impl Sql {
         let last = Expr::col((k.clone(), alias("last")));
         let query = Query::update()
             .table(n.table(INBOX))
-            .from(TableRef::SubQuery(entries, k.clone().into_iden()))
+            .from(TableRef::SubQuery(Box::new(entries), k.clone().into_iden()))
             .value(n.c(inbox::Column::Delivered), n.ts(now))
             .value(
                 lsn.clone(),
@@ -551,7 +552,7 @@ impl Sql {
         query
             .value(
                 lsn.clone(),
-                Func::coalesce([Expr::val(last).into(), Expr::col(lsn).into()]),
+                Func::coalesce([Expr::val(last), Expr::col(lsn)]),
             )
             .value(n.c(inbox::Column::LockId), lock_id)
             .and_where(self.inbox_key(key))
@@ -646,7 +647,7 @@ impl Sql {
                 query.columns(columns);
             }
             let mut row: Vec<SimpleExpr> = vec![key.message_id.into(), key.consumer_id.into()];
-            row.extend(values.into_iter().map(|(_, v)| Expr::val(v).into()));
+            row.extend(values.into_iter().map(|(_, v)| Expr::val(v)));
             query
                 .values(row)
                 .map_err(|e| StoreError::encode(e.to_string()))?;
@@ -764,7 +765,7 @@ impl Sql {
             .expr_as(
                 Func::coalesce([
                     bigint(Expr::col(n.c(state::Column::LastSequenceNumber))),
-                    Expr::val(0i64).into(),
+                    Expr::val(0i64),
                 ]),
                 alias("fb_after"),
             )
@@ -926,7 +927,7 @@ impl Sql {
         // the planner pick a hash semi-join over a sequential scan of the whole table.
         let batch = SimpleExpr::FunctionCall(Func::cust(alias("ARRAY")).arg(SimpleExpr::SubQuery(
             None,
-            Box::new(expired.into_sub_query_statement()),
+            Box::new(SubQueryStatement::SelectStatement(expired)),
         )));
         let query = Query::delete()
             .from_table(n.table(INBOX))
@@ -945,7 +946,7 @@ impl Sql {
             if let Some(filter) = filter {
                 q.and_where(filter);
             }
-            SimpleExpr::SubQuery(None, Box::new(q.into_sub_query_statement()))
+            SimpleExpr::SubQuery(None, Box::new(SubQueryStatement::SelectStatement(q)))
         };
         let total = count(STATE, None).add(count(
             MESSAGE,
@@ -1028,11 +1029,15 @@ mod tests {
             for statement in statements {
                 println!("{}\n", statement.sql);
                 assert!(
-                    !statement.sql.contains(&id.to_string()),
+                    !statement.sql.as_str().contains(&id.to_string()),
                     "{}",
                     statement.sql
                 );
-                assert!(!statement.sql.contains("chan"), "{}", statement.sql);
+                assert!(
+                    !statement.sql.as_str().contains("chan"),
+                    "{}",
+                    statement.sql
+                );
             }
         }
     }

@@ -3,7 +3,9 @@
 //! names.
 
 use chrono::{DateTime, Utc};
-use sea_orm::sea_query::{Alias, BinOper, DynIden, Expr, IntoIden, SimpleExpr, TableRef};
+use sea_orm::sea_query::{
+    Alias, BinOper, DynIden, Expr, ExprTrait, IntoIden, SchemaName, SimpleExpr, TableName, TableRef,
+};
 use sea_orm::{ColumnTrait, Value};
 
 use crate::config::{NamingStyle, Tables, TimestampType};
@@ -98,15 +100,15 @@ impl Names {
 
     /// `"schema"."table"`.
     pub(crate) fn table(&self, table: OutboxTable) -> TableRef {
-        TableRef::SchemaTable(self.schema.clone(), self.table_iden(table))
+        schema_table(self.schema.clone(), self.table_iden(table), None)
     }
 
     /// `"schema"."table" AS alias`.
     pub(crate) fn table_as(&self, table: OutboxTable, alias: &'static str) -> TableRef {
-        TableRef::SchemaTableAlias(
+        schema_table(
             self.schema.clone(),
             self.table_iden(table),
-            Alias::new(alias).into_iden(),
+            Some(Alias::new(alias).into_iden()),
         )
     }
 
@@ -117,27 +119,25 @@ impl Names {
 
     /// `alias."Column"`.
     pub(crate) fn ac(&self, alias: &'static str, col: impl ColumnTrait) -> SimpleExpr {
-        Expr::col((Alias::new(alias).into_iden(), self.c(col))).into()
+        Expr::col((Alias::new(alias).into_iden(), self.c(col)))
     }
 
     /// `"Column"` as an expression.
     pub(crate) fn e(&self, col: impl ColumnTrait) -> SimpleExpr {
-        Expr::col(self.c(col)).into()
+        Expr::col(self.c(col))
     }
 
     /// A time value as the time columns want it: `timestamptz`, or UTC wall-clock `timestamp`
     /// for Npgsql's legacy timestamps (so comparisons use the columns' indexes).
     pub(crate) fn ts(&self, at: DateTime<Utc>) -> SimpleExpr {
-        Expr::val(self.ts_value(Some(at))).into()
+        Expr::val(self.ts_value(Some(at)))
     }
 
     /// [`Names::ts`] as a [`Value`], also for NULL.
     pub(crate) fn ts_value(&self, at: Option<DateTime<Utc>>) -> Value {
         match self.timestamps {
-            TimestampType::WithTimeZone => Value::ChronoDateTimeUtc(at.map(Box::new)),
-            TimestampType::WithoutTimeZone => {
-                Value::ChronoDateTime(at.map(|t| Box::new(t.naive_utc())))
-            }
+            TimestampType::WithTimeZone => Value::ChronoDateTimeUtc(at),
+            TimestampType::WithoutTimeZone => Value::ChronoDateTime(at.map(|t| t.naive_utc())),
         }
     }
 
@@ -150,6 +150,11 @@ impl Names {
             }
         }
     }
+}
+
+/// `"schema"."table"`, with `AS alias` when given.
+pub(crate) fn schema_table(schema: DynIden, table: DynIden, alias: Option<DynIden>) -> TableRef {
+    TableRef::Table(TableName(Some(SchemaName(None, schema)), table), alias)
 }
 
 #[cfg(test)]

@@ -88,7 +88,7 @@ impl TestDb {
         );
         let row = self
             .db
-            .query_one(Statement::from_sql_and_values(
+            .query_one_raw(Statement::from_sql_and_values(
                 DbBackend::Postgres,
                 sql,
                 [message_id.into()],

@@ -114,7 +114,7 @@ async fn show(
     );
     for _ in 0..300 {
         let row = db
-            .query_one(Statement::from_sql_and_values(
+            .query_one_raw(Statement::from_sql_and_values(
                 DbBackend::Postgres,
                 sql.as_str(),
                 [order_id.into()],
