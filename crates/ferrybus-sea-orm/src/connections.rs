@@ -80,8 +80,9 @@ impl Connections {
                         "the inbox needs a PostgreSQL connection pool (sea-orm's sqlx-postgres)",
                     )
                 })?;
-                let conn = pool
-                    .acquire()
+                // Boxed: sqlx's acquire future is kilobytes, and every delivery's future would
+                // carry it (and move it) although a kept connection usually makes it unneeded.
+                let conn = Box::pin(pool.acquire())
                     .await
                     .map_err(|e| StoreError::database(acquire_err(e)))?;
                 Kept {

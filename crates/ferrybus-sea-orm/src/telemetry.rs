@@ -1,6 +1,8 @@
 //! Metric names and per-stage timing (tracing spans + `metrics` histograms).
 
 use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Instant;
 
 use tracing::Instrument;
@@ -22,14 +24,39 @@ pub const OUTBOX_SEND_FAILURES_TOTAL: &str = "ferrybus_outbox_send_failures_tota
 pub const INBOX_CLEANUP_DELETED_TOTAL: &str = "ferrybus_inbox_cleanup_deleted_total";
 
 /// Runs `fut` inside a span named after the stage and records its duration in `histogram`.
-pub(crate) async fn timed<F: Future>(
-    histogram: &'static str,
-    stage: &'static str,
-    fut: F,
-) -> F::Output {
-    let start = Instant::now();
+///
+/// A plain future around `fut` rather than an `async fn`, which would hold `fut` twice (once
+/// before its first poll, once while it runs): stage futures are kilobytes.
+pub(crate) fn timed<F: Future>(histogram: &'static str, stage: &'static str, fut: F) -> Timed<F> {
     let span = tracing::debug_span!(target: "ferrybus::stage", "stage", stage);
-    let output = fut.instrument(span).await;
-    metrics::histogram!(histogram, "stage" => stage).record(start.elapsed().as_secs_f64());
-    output
+    Timed {
+        inner: fut.instrument(span),
+        histogram,
+        stage,
+        start: None,
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The future of [`timed`].
+    pub(crate) struct Timed<F> {
+        #[pin]
+        inner: tracing::instrument::Instrumented<F>,
+        histogram: &'static str,
+        stage: &'static str,
+        start: Option<Instant>,
+    }
+}
+
+impl<F: Future> Future for Timed<F> {
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = self.project();
+        let start = *this.start.get_or_insert_with(Instant::now);
+        let output = std::task::ready!(this.inner.poll(cx));
+        metrics::histogram!(*this.histogram, "stage" => *this.stage)
+            .record(start.elapsed().as_secs_f64());
+        Poll::Ready(output)
+    }
 }
