@@ -71,33 +71,41 @@ pub(crate) async fn settle(
         message_id: message_id.clone(),
         duplicate,
     };
+    // The moves are boxed: their futures are kilobytes, and every delivery's task would carry
+    // them (and copy them) although most deliveries are simply acknowledged.
     let outcome = match settlement {
         Settlement::Ack => Ok(Outcome::Ack(consumed(false))),
         Settlement::Duplicate => Ok(Outcome::Ack(consumed(true))),
-        Settlement::Fault(faulted) => fault(ctx, delivery, body, *faulted).await.map(|()| {
-            Outcome::Ack(Event::Faulted {
-                queue: queue.clone(),
-                message_id: message_id.clone(),
-            })
-        }),
-        Settlement::Skip { headers } => move_to(ctx, delivery, body, "_skipped", &headers, true)
-            .await
-            .map(|()| {
-                Outcome::Ack(Event::Skipped {
-                    queue: queue.clone(),
-                    message_id: message_id.clone(),
+        Settlement::Fault(faulted) => {
+            Box::pin(fault(ctx, delivery, body, *faulted))
+                .await
+                .map(|()| {
+                    Outcome::Ack(Event::Faulted {
+                        queue: queue.clone(),
+                        message_id: message_id.clone(),
+                    })
                 })
-            }),
+        }
+        Settlement::Skip { headers } => {
+            Box::pin(move_to(ctx, delivery, body, "_skipped", &headers, true))
+                .await
+                .map(|()| {
+                    Outcome::Ack(Event::Skipped {
+                        queue: queue.clone(),
+                        message_id: message_id.clone(),
+                    })
+                })
+        }
         Settlement::Redeliver(redelivery) => {
             let properties = copy_properties(&delivery.properties, true, &redelivery.headers);
-            schedule(
+            Box::pin(schedule(
                 ctx.live,
                 ctx.delay_mode,
                 ctx.queue,
                 redelivery.delay,
                 &redelivery.body,
                 properties,
-            )
+            ))
             .await
             .map(|()| {
                 Outcome::Ack(Event::Redelivered {

@@ -25,11 +25,16 @@ pub fn panic_message(payload: &(dyn Any + Send)) -> String {
 
 /// Runs `future`; a panic in it becomes a [`ConsumeError`] of type `Panic` whose message is the
 /// panic message.
-pub(crate) async fn catch_panic<T>(
+///
+/// A combinator, not an `async fn`: an `async fn` would hold `future` twice (before and while it
+/// runs), and a consumer's future is kilobytes.
+pub(crate) fn catch_panic<T>(
     future: impl Future<Output = Result<T, ConsumeError>>,
-) -> Result<T, ConsumeError> {
-    match AssertUnwindSafe(future).catch_unwind().await {
-        Ok(result) => result,
-        Err(payload) => Err(ConsumeError::panic(panic_message(&*payload))),
-    }
+) -> impl Future<Output = Result<T, ConsumeError>> {
+    AssertUnwindSafe(future)
+        .catch_unwind()
+        .map(|caught| match caught {
+            Ok(result) => result,
+            Err(payload) => Err(ConsumeError::panic(panic_message(&*payload))),
+        })
 }

@@ -30,6 +30,7 @@ mod metrics;
 use std::future::Future;
 use std::time::Instant;
 
+use futures::FutureExt;
 use opentelemetry::context::FutureExt as _;
 use opentelemetry::trace::{Link, Span as _, SpanKind, Status, TraceContextExt as _, Tracer as _};
 use opentelemetry::{global, Context, KeyValue};
@@ -166,16 +167,19 @@ impl Receive {
         }
     }
 
-    /// Runs the endpoint inside the span and records how it settled.
-    pub(crate) async fn run<F, E>(mut self, fut: F) -> Result<Settlement, E>
+    /// Runs the endpoint inside the span and records how it settled. (A combinator, not an
+    /// `async fn`, which would hold the endpoint's future twice.)
+    pub(crate) fn run<F, E>(mut self, fut: F) -> impl Future<Output = Result<Settlement, E>>
     where
         F: Future<Output = Result<Settlement, E>>,
     {
-        let result = fut.with_context(self.cx.clone()).await;
-        if let Ok(settlement) = &result {
-            self.finish(settlement);
-        }
-        result
+        let cx = self.cx.clone();
+        fut.with_context(cx).map(move |result| {
+            if let Ok(settlement) = &result {
+                self.finish(settlement);
+            }
+            result
+        })
     }
 
     fn finish(&mut self, settlement: &Settlement) {
