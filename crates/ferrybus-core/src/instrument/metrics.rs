@@ -3,10 +3,11 @@
 //! labels, `src/MassTransit/Logging/Monitoring/LogContextInstrumentationExtensions.cs` for the
 //! units, the label values and when each is recorded), plus ferrybus's own under `ferrybus.*`.
 
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex, OnceLock};
 
 use opentelemetry::metrics::{Counter, Histogram, Meter, UpDownCounter};
-use opentelemetry::KeyValue;
+use opentelemetry::{KeyValue, StringValue};
 
 use crate::envelope::HostInfo;
 
@@ -251,6 +252,46 @@ pub(crate) fn shared_string(text: String) -> opentelemetry::StringValue {
     opentelemetry::StringValue::from(std::sync::Arc::<str>::from(text))
 }
 
+/// Label values by the text they were made from, so that the few destinations and message
+/// types a service sends are labelled once, not per message (each label is a new string).
+struct LabelCache(LazyLock<Mutex<HashMap<Box<str>, StringValue>>>);
+
+/// How many labels a [`LabelCache`] keeps before it starts afresh (a service with unbounded
+/// destinations, such as one reply queue per requester, only computes them again).
+const LABEL_CACHE_CAPACITY: usize = 1024;
+
+impl LabelCache {
+    const fn new() -> Self {
+        Self(LazyLock::new(Default::default))
+    }
+
+    fn get(&self, text: &str, label: fn(&str) -> String) -> StringValue {
+        let cache = || self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(value) = cache().get(text) {
+            return value.clone();
+        }
+        let value = shared_string(label(text));
+        let mut cache = cache();
+        if cache.len() >= LABEL_CACHE_CAPACITY {
+            cache.clear();
+        }
+        cache.insert(text.into(), value.clone());
+        value
+    }
+}
+
+/// [`endpoint_label`] of `address`, shared (computed once per distinct address).
+pub(crate) fn shared_endpoint_label(address: &str) -> StringValue {
+    static ENDPOINTS: LabelCache = LabelCache::new();
+    ENDPOINTS.get(address, endpoint_label)
+}
+
+/// [`message_type_label`] of `urn`, shared (computed once per distinct message type).
+pub(crate) fn shared_message_type_label(urn: &str) -> StringValue {
+    static MESSAGE_TYPES: LabelCache = LabelCache::new();
+    MESSAGE_TYPES.get(urn, message_type_label)
+}
+
 /// Counts one message written to an outbox table (MassTransit's `outbox.send`), labelled by its
 /// destination and message type.
 ///
@@ -262,8 +303,8 @@ pub fn record_outbox_send(destination: &str, message_type: &str) {
         1,
         &[
             service_label(),
-            KeyValue::new(ENDPOINT_LABEL, endpoint_label(destination)),
-            KeyValue::new(MESSAGE_TYPE_LABEL, message_type_label(message_type)),
+            KeyValue::new(ENDPOINT_LABEL, shared_endpoint_label(destination)),
+            KeyValue::new(MESSAGE_TYPE_LABEL, shared_message_type_label(message_type)),
         ],
     );
 }
@@ -279,7 +320,7 @@ pub fn record_outbox_delivery(destination: &str, error_type: Option<&str>, swept
     let instruments = instruments();
     let mut labels = vec![
         service_label(),
-        KeyValue::new(ENDPOINT_LABEL, endpoint_label(destination)),
+        KeyValue::new(ENDPOINT_LABEL, shared_endpoint_label(destination)),
     ];
     instruments.outbox_delivery_total.add(1, &labels);
     if let Some(error_type) = error_type {
@@ -304,7 +345,7 @@ pub fn record_outbox_delivery(destination: &str, error_type: Option<&str>, swept
 pub fn record_inbox(endpoint: &str, consumer: &str, duplicate: bool) {
     let labels = [
         service_label(),
-        KeyValue::new(ENDPOINT_LABEL, endpoint_label(endpoint)),
+        KeyValue::new(ENDPOINT_LABEL, shared_endpoint_label(endpoint)),
         KeyValue::new(CONSUMER_TYPE_LABEL, consumer.to_owned()),
     ];
     let instruments = instruments();
@@ -312,5 +353,47 @@ pub fn record_inbox(endpoint: &str, consumer: &str, duplicate: bool) {
         instruments.inbox_duplicate_total.add(1, &labels);
     } else {
         instruments.inbox_recovered_total.add(1, &labels);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_labels_are_the_labels_and_are_made_once() {
+        let address = "rabbitmq://localhost/Shop.Billing:InvoiceCreated?type=topic";
+        let first = shared_endpoint_label(address);
+        assert_eq!(first.as_str(), endpoint_label(address));
+        assert_eq!(first.as_str(), "Shop_Billing:InvoiceCreated");
+        let again = shared_endpoint_label(address);
+        assert!(std::ptr::eq(first.as_str(), again.as_str()));
+
+        let urn = "urn:message:MassTransit:Fault[[Shop.Billing:InvoiceCreated]]";
+        assert_eq!(
+            shared_message_type_label(urn).as_str(),
+            message_type_label(urn)
+        );
+        assert_eq!(
+            shared_message_type_label(urn).as_str(),
+            "Fault_InvoiceCreated"
+        );
+    }
+
+    #[test]
+    fn a_full_label_cache_starts_afresh() {
+        let cache = LabelCache::new();
+        for n in 0..LABEL_CACHE_CAPACITY + 10 {
+            let address = format!("rabbitmq://localhost/reply-{n}");
+            assert_eq!(
+                cache.get(&address, endpoint_label).as_str(),
+                format!("reply-{n}")
+            );
+        }
+        let kept = cache.0.lock().unwrap().len();
+        assert!(
+            (1..=LABEL_CACHE_CAPACITY).contains(&kept),
+            "{kept} labels kept"
+        );
     }
 }

@@ -33,7 +33,7 @@ use std::time::Instant;
 use futures::FutureExt;
 use opentelemetry::context::FutureExt as _;
 use opentelemetry::trace::{Link, Span as _, SpanKind, Status, TraceContextExt as _, Tracer as _};
-use opentelemetry::{global, Context, KeyValue};
+use opentelemetry::{global, Context, KeyValue, StringValue};
 
 pub use consume::{ConsumeInstrument, ConsumeInstrumentLayer};
 pub(crate) use context::baggage_header;
@@ -321,12 +321,12 @@ impl SendInstrument {
                 None => current,
             }
         };
-        let label = endpoint_label(destination);
+        let label = metrics::shared_endpoint_label(destination);
         let message_type = message
             .message_type
             .first()
-            .map(|urn| message_type_label(urn))
-            .unwrap_or_default();
+            .map(|urn| metrics::shared_message_type_label(urn))
+            .unwrap_or_else(|| StringValue::from(""));
         let mut span = tracer
             .span_builder(format!("{label} send"))
             .with_kind(SpanKind::Producer)
