@@ -63,7 +63,7 @@ struct Args {
         default_value = "amqp://guest:guest@127.0.0.1:5672/%2f"
     )]
     amqp_url: String,
-    /// PostgreSQL URL.
+    /// PostgreSQL URL; without an `sslmode`, every side connects with `sslmode=disable`.
     #[arg(
         long,
         env = "DATABASE_URL",
@@ -176,6 +176,7 @@ impl Args {
         }
         self.concurrency = self.concurrency.max(1);
         self.rounds = self.rounds.max(1);
+        self.database_url = db::plain_url(&self.database_url);
         self
     }
 

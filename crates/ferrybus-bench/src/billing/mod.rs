@@ -167,19 +167,9 @@ async fn wait_complete(b: &Bench, billing: &str, n: usize) -> Result<BillingRun,
     }
 }
 
-/// The database URL both sides use: without TLS (`sslmode=disable`), as the twin's
-/// tokio-postgres connections (`NoTls`); sqlx would otherwise negotiate TLS on loopback.
-fn plain_url(url: &str) -> String {
-    if url.contains("sslmode=") {
-        return url.to_owned();
-    }
-    let sep = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{sep}sslmode=disable")
-}
-
 fn config(b: &Bench, names: &Names) -> Config {
     Config {
-        database_url: plain_url(&b.args.database_url),
+        database_url: b.args.database_url.clone(),
         amqp_url: b.args.amqp_url.clone(),
         concurrency: b.args.concurrency,
         payment_delay: Duration::ZERO,
