@@ -1,11 +1,12 @@
 //! MassTransit endpoint addresses: `rabbitmq://host/vhost/name?options`, `queue:name`,
 //! `exchange:name` (masstransit-wire §4.4).
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
 use url::Url;
+
+use crate::shared_text::TextCache;
 
 /// RabbitMQ's direct reply-to pseudo-queue (MassTransit's `RabbitMqExchangeNames.ReplyTo`): a
 /// requester consumes it without a queue of its own; responses go through the default exchange
@@ -186,12 +187,7 @@ pub struct EndpointAddress {
 
 /// Parsed addresses by their text, so that the few destinations a service sends to are parsed
 /// once, not per message ([`EndpointAddress::parse_shared`]).
-static PARSED: std::sync::LazyLock<std::sync::Mutex<HashMap<Box<str>, Arc<EndpointAddress>>>> =
-    std::sync::LazyLock::new(Default::default);
-
-/// How many parsed addresses [`PARSED`] keeps before it starts afresh (a service whose
-/// destinations are unbounded, such as one reply queue per requester, only parses again).
-const PARSED_CAPACITY: usize = 1024;
+static PARSED: TextCache<Arc<EndpointAddress>> = TextCache::new();
 
 impl EndpointAddress {
     /// [`parse`](Self::parse), shared: an address parsed once is not parsed again (a bounded
@@ -205,17 +201,7 @@ impl EndpointAddress {
     /// assert_eq!(a.name, "orders");
     /// ```
     pub fn parse_shared(address: &str) -> Result<Arc<Self>, AddressError> {
-        let cache = || PARSED.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(parsed) = cache().get(address) {
-            return Ok(parsed.clone());
-        }
-        let parsed = Arc::new(Self::parse(address)?);
-        let mut cache = cache();
-        if cache.len() >= PARSED_CAPACITY {
-            cache.clear();
-        }
-        cache.insert(address.into(), parsed.clone());
-        Ok(parsed)
+        PARSED.get_or_try(address, |address| Self::parse(address).map(Arc::new))
     }
 
     /// Parses a full address URI.

@@ -29,6 +29,7 @@ pub mod outgoing;
 pub mod publish;
 pub mod resilience;
 pub mod saga;
+mod shared_text;
 
 pub use address::{AddressError, EndpointAddress, HostAddress, DIRECT_REPLY_TO};
 pub use bus::{Background, BusConfig, ConfigError, Storage};

@@ -3,13 +3,13 @@
 //! labels, `src/MassTransit/Logging/Monitoring/LogContextInstrumentationExtensions.cs` for the
 //! units, the label values and when each is recorded), plus ferrybus's own under `ferrybus.*`.
 
-use std::collections::HashMap;
-use std::sync::{LazyLock, Mutex, OnceLock};
+use std::sync::OnceLock;
 
 use opentelemetry::metrics::{Counter, Histogram, Meter, UpDownCounter};
 use opentelemetry::{KeyValue, StringValue};
 
 use crate::envelope::HostInfo;
+use crate::shared_text::TextCache;
 
 /// The instrumentation scope (meter and tracer) name ferrybus records under.
 pub const SCOPE: &str = "ferrybus";
@@ -252,44 +252,16 @@ pub(crate) fn shared_string(text: String) -> opentelemetry::StringValue {
     opentelemetry::StringValue::from(std::sync::Arc::<str>::from(text))
 }
 
-/// Label values by the text they were made from, so that the few destinations and message
-/// types a service sends are labelled once, not per message (each label is a new string).
-struct LabelCache(LazyLock<Mutex<HashMap<Box<str>, StringValue>>>);
-
-/// How many labels a [`LabelCache`] keeps before it starts afresh (a service with unbounded
-/// destinations, such as one reply queue per requester, only computes them again).
-const LABEL_CACHE_CAPACITY: usize = 1024;
-
-impl LabelCache {
-    const fn new() -> Self {
-        Self(LazyLock::new(Default::default))
-    }
-
-    fn get(&self, text: &str, label: fn(&str) -> String) -> StringValue {
-        let cache = || self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(value) = cache().get(text) {
-            return value.clone();
-        }
-        let value = shared_string(label(text));
-        let mut cache = cache();
-        if cache.len() >= LABEL_CACHE_CAPACITY {
-            cache.clear();
-        }
-        cache.insert(text.into(), value.clone());
-        value
-    }
-}
-
 /// [`endpoint_label`] of `address`, shared (computed once per distinct address).
 pub(crate) fn shared_endpoint_label(address: &str) -> StringValue {
-    static ENDPOINTS: LabelCache = LabelCache::new();
-    ENDPOINTS.get(address, endpoint_label)
+    static ENDPOINTS: TextCache<StringValue> = TextCache::new();
+    ENDPOINTS.get(address, |address| shared_string(endpoint_label(address)))
 }
 
 /// [`message_type_label`] of `urn`, shared (computed once per distinct message type).
 pub(crate) fn shared_message_type_label(urn: &str) -> StringValue {
-    static MESSAGE_TYPES: LabelCache = LabelCache::new();
-    MESSAGE_TYPES.get(urn, message_type_label)
+    static MESSAGE_TYPES: TextCache<StringValue> = TextCache::new();
+    MESSAGE_TYPES.get(urn, |urn| shared_string(message_type_label(urn)))
 }
 
 /// Counts one message written to an outbox table (MassTransit's `outbox.send`), labelled by its
@@ -377,23 +349,6 @@ mod tests {
         assert_eq!(
             shared_message_type_label(urn).as_str(),
             "Fault_InvoiceCreated"
-        );
-    }
-
-    #[test]
-    fn a_full_label_cache_starts_afresh() {
-        let cache = LabelCache::new();
-        for n in 0..LABEL_CACHE_CAPACITY + 10 {
-            let address = format!("rabbitmq://localhost/reply-{n}");
-            assert_eq!(
-                cache.get(&address, endpoint_label).as_str(),
-                format!("reply-{n}")
-            );
-        }
-        let kept = cache.0.lock().unwrap().len();
-        assert!(
-            (1..=LABEL_CACHE_CAPACITY).contains(&kept),
-            "{kept} labels kept"
         );
     }
 }
