@@ -352,6 +352,8 @@ async fn the_inbox_records_each_message_once_and_drops_duplicates_from_batches(s
     let queue = unique("batch-inbox");
     let done = unique("batch-done");
     probe.track_endpoint(&queue);
+    // Sending to `queue:<done>` declares its exchange too.
+    probe.track(&[], &[&done]);
     probe
         .declare_queue(&done, true, Default::default())
         .await

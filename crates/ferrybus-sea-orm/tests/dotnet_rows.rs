@@ -68,6 +68,7 @@ async fn dotnet_properties_and_binary_bodies_are_delivered_as_masstransit_would(
     let binary = unique("dotnet-msgpack");
     probe.declare_exchange(&delayed).await;
     probe.declare_exchange(&binary).await;
+    probe.track(&[], &[&delayed, &binary]);
     let delayed_q = probe.bind_probe(&delayed).await;
     let binary_q = probe.bind_probe(&binary).await;
     // Without the delayed-message plugin the delay goes through a TTL queue per delay value.

@@ -69,8 +69,15 @@ async fn start_up_errors_never_print_passwords() {
         // A database URL that does not parse.
         &[("DATABASE_URL", "postgres://billing:Hunter2-pg@127.0.0.1:notaport/test")],
     ];
+    // Billing creates its schemas before it reaches RabbitMQ: unique ones, dropped at the end.
+    let id = unique("pw").replace('-', "_");
+    let (billing_schema, messaging_schema) = (format!("{id}_billing"), format!("{id}_messaging"));
+    let schemas = [
+        ("BILLING_SCHEMA", billing_schema.as_str()),
+        ("FERRYBUS_SCHEMA", messaging_schema.as_str()),
+    ];
     for env in cases {
-        let printed = failed_start(env).await;
+        let printed = failed_start(&[&schemas[..], env].concat()).await;
         assert!(
             printed.contains("billing could not start"),
             "it says why: {printed}"
@@ -79,6 +86,12 @@ async fn start_up_errors_never_print_passwords() {
             !printed.contains("Hunter2"),
             "no password in the output of {env:?}:\n{printed}"
         );
+    }
+    let db = Database::connect(database_url()).await.expect("database");
+    for schema in [&billing_schema, &messaging_schema] {
+        db.execute_unprepared(&format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE"))
+            .await
+            .expect("drop the test's schema");
     }
 }
 
