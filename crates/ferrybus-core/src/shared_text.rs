@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex, MutexGuard};
 
 /// How many values a [`TextCache`] keeps before it starts afresh.
-pub(crate) const CAPACITY: usize = 1024;
+const CAPACITY: usize = 1024;
 
 /// Values by the text they were computed from (see the [module docs](self)); for `static`s.
 pub(crate) struct TextCache<V>(LazyLock<Mutex<HashMap<Box<str>, V>>>);
