@@ -49,7 +49,8 @@ pub(crate) async fn fill_inbox(b: &Bench, schema: &str, n: u64) -> Result<(), Bo
 }
 
 /// Writes `n` pending bus outboxes of one `RelayPing` each (`OutboxState` + `OutboxMessage`,
-/// the shape `BusOutbox` writes), then `VACUUM ANALYZE`s both tables.
+/// the shape `BusOutbox` writes, ids time-ordered as its `BUS_OUTBOX_ID` makes them), then
+/// `VACUUM ANALYZE`s both tables.
 async fn fill_relay(b: &Bench, schema: &str, n: u64) -> Result<(), BoxError> {
     let (_, body) = messages::envelope(&b.factory, "relay", &RelayPing { seq: 0, writer: 0 })?;
     let body = String::from_utf8(body)?;
@@ -61,9 +62,12 @@ async fn fill_relay(b: &Bench, schema: &str, n: u64) -> Result<(), BoxError> {
         let batch = left.min(200_000);
         sqlx::query(sqlx::AssertSqlSafe(format!(
             r#"WITH ids AS (
-                 SELECT g, md5('fb-bench-' || g::text)::uuid AS id,
-                        now() - interval '1 hour' + g * interval '1 microsecond' AS t
-                 FROM generate_series($1::bigint + 1, $1::bigint + $2::bigint) g),
+                 SELECT g, (lpad(to_hex((extract(epoch FROM t) * 1000)::bigint), 12, '0')
+                            || '7' || substr(md5('fb-bench-' || g::text), 1, 3)
+                            || '8' || substr(md5('fb-bench-' || g::text), 4, 15))::uuid AS id,
+                        t
+                 FROM generate_series($1::bigint + 1, $1::bigint + $2::bigint) g,
+                      LATERAL (SELECT now() - interval '1 hour' + g * interval '1 microsecond' AS t) c),
                states AS (
                  INSERT INTO "{schema}"."OutboxState" ("OutboxId", "LockId", "Created")
                  SELECT id, '00000000-0000-0000-0000-000000000000', t FROM ids)

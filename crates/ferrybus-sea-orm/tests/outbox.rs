@@ -494,6 +494,57 @@ async fn rows_are_valid_for_dotnet(shape: Shape) {
     assert!(row.try_get::<bool>("", "no_inbox").unwrap());
 }
 
+/// One outbox per transaction, its id a UUIDv7 of the transaction's start: every message of a
+/// transaction joins one outbox, and a later transaction's outbox sorts after an earlier one's
+/// (the relay's indexes stay dense however long the backlog).
+async fn outbox_ids_are_time_ordered_per_transaction(shape: Shape) {
+    let tdb = TestDb::new(shape).await;
+    let storage = tdb.storage().await;
+    let outbox = outbox(&storage);
+    let started = chrono::Utc::now().timestamp_millis();
+    let first = publish_committed(&tdb, &outbox, 2).await;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let second = publish_committed(&tdb, &outbox, 1).await;
+    let sql = format!(
+        "SELECT {oid} AS outbox_id FROM {m} WHERE {mid} = ANY($1) ORDER BY {seq}",
+        oid = tdb.c("OutboxId"),
+        m = tdb.t("message"),
+        mid = tdb.c("MessageId"),
+        seq = tdb.c("SequenceNumber"),
+    );
+    let ids: Vec<Uuid> = tdb
+        .db
+        .query_all_raw(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            sql,
+            [[first.clone(), second].concat().into()],
+        ))
+        .await
+        .unwrap()
+        .iter()
+        .map(|row| row.try_get::<Uuid>("", "outbox_id").unwrap())
+        .collect();
+    assert_eq!(ids.len(), 3);
+    assert_eq!(ids[0], ids[1], "one transaction, one outbox");
+    assert_ne!(ids[1], ids[2], "a new transaction, a new outbox");
+    assert!(ids[1] < ids[2], "a later outbox sorts after: {ids:?}");
+    for id in &ids {
+        assert_eq!(id.get_version_num(), 7, "{id}");
+        let (secs, nanos) = id.get_timestamp().unwrap().to_unix();
+        let millis = i64::try_from(secs).unwrap() * 1000 + i64::from(nanos / 1_000_000);
+        assert!(
+            (started - 1000..started + 60_000).contains(&millis),
+            "{id}: {millis} ms, test started at {started}"
+        );
+    }
+    let ordered = format!(
+        "SELECT count(*) FROM {s} WHERE {oid} = $1",
+        s = tdb.t("state"),
+        oid = tdb.c("OutboxId"),
+    );
+    assert_eq!(tdb.count(&ordered, vec![ids[0].into()]).await, 1);
+}
+
 /// The sweeper delivers consumer-outbox rows whose inbound message went to the error queue.
 async fn sweeper_delivers_stranded_rows(shape: Shape) {
     let tdb = TestDb::new(shape).await;
@@ -643,6 +694,7 @@ ferrybus_testing::on_every_shape!(
     partial_failure_resumes_in_order,
     delivers_dotnet_rows,
     rows_are_valid_for_dotnet,
+    outbox_ids_are_time_ordered_per_transaction,
     sweeper_delivers_stranded_rows,
     passes_resume_large_outboxes_and_remove_delivered_states,
     a_commit_does_not_wait_for_a_busy_worker
