@@ -357,7 +357,8 @@ async fn write_outbox(
 
 /// A bus-outbox relay run: `writers` commit `n` messages through the bus outbox; `instances`
 /// delivery services (each with its own pool and broker connection) move them to the broker,
-/// woken by NOTIFY (`notify`) or only by polling (default 1 s interval).
+/// woken by NOTIFY (`notify`) or only by polling (default 1 s interval; the writers then send
+/// no NOTIFY).
 ///
 /// Phase 1 (throughput): the writers fill the outbox with no delivery service running, then the
 /// services start and drain it: rows/s committed, messages/s delivered. Phase 2 (latency): the
@@ -376,16 +377,12 @@ pub(crate) async fn relay(
     let schema = b.fresh_schema(&what).await?;
     let queue = relay::ping_queue(b, &format!("{what}-in")).await?;
     let channel = format!("ferrybus_bench_{}_{}", b.run_id, what.replace('-', "_"));
-    // Polling only: the services listen on a channel nobody notifies.
-    let service_channel = if notify {
-        channel.clone()
-    } else {
-        format!("{channel}_silent")
-    };
     let db = database(b, &schema, writers as u32).await?;
+    // Polling only: the writers send no NOTIFY (`notify_on_write(false)`).
     let writer_storage = PostgresStorage::new(db.clone())
         .tables(tables(&schema))
-        .notify_channel(channel);
+        .notify_channel(channel.clone())
+        .notify_on_write(notify);
     let outbox = BusOutbox::new(&writer_storage, crate::messages::host());
 
     // Phase 1: fill, then drain.
@@ -397,7 +394,7 @@ pub(crate) async fn relay(
     let start = Instant::now();
     let mut services = Vec::new();
     for i in 0..instances {
-        services.push(start_service(b, &schema, &service_channel, &what, i).await?);
+        services.push(start_service(b, &schema, &channel, &what, i).await?);
     }
     let (got, last) = received.wait_for(n, b.limit(n)).await;
     let delivered = got as f64 / last.duration_since(start).as_secs_f64().max(1e-9);

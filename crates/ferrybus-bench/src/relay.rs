@@ -422,12 +422,25 @@ pub(crate) async fn rows(b: &Bench) -> Result<Vec<Row>, BoxError> {
             "rows/s",
             get((1, true), &|r| r.committed),
             "raw sqlx INSERT, 1 tx/row",
-            base_writers,
+            base_writers.clone(),
             Target::none(),
         )
         .note(format!(
             "{n} messages, {writers} writers, one message per transaction"
         )),
+        Row::new(
+            s,
+            "rows committed, no NOTIFY (writers)",
+            "rows/s",
+            get((1, false), &|r| r.committed),
+            "raw sqlx INSERT, 1 tx/row",
+            base_writers,
+            Target::none(),
+        )
+        .note(
+            "notify_on_write(false): PostgreSQL serializes the commits of notifying transactions"
+                .to_owned(),
+        ),
         Row::new(
             s,
             "delivered, 1 instance (NOTIFY)",

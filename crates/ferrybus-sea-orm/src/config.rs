@@ -154,6 +154,7 @@ impl Tables {
 pub(crate) struct StorageConfig {
     tables: Tables,
     channel: String,
+    notify_on_write: bool,
     sql: Arc<Sql>,
 }
 
@@ -183,9 +184,21 @@ impl StorageConfig {
         let sql = Arc::new(Sql::new(&tables));
         Self {
             channel: default_channel(&tables),
+            notify_on_write: true,
             tables,
             sql,
         }
+    }
+
+    /// Whether each bus-outbox write sends a `NOTIFY` (see `PostgresStorage::notify_on_write`).
+    pub(crate) fn notify_on_write(mut self, enabled: bool) -> Self {
+        self.notify_on_write = enabled;
+        self
+    }
+
+    /// The channel a bus-outbox write notifies, `None` when writes do not notify.
+    pub(crate) fn write_notify(&self) -> Option<&str> {
+        self.notify_on_write.then_some(self.channel.as_str())
     }
 
     /// Sets the `LISTEN`/`NOTIFY` channel the bus outbox signals new rows on.
@@ -241,6 +254,8 @@ impl StorageConfig {
         } else {
             TimestampType::WithTimeZone
         };
-        Ok(Self::new(self.tables.timestamps(timestamps)).notify_channel(self.channel))
+        Ok(Self::new(self.tables.timestamps(timestamps))
+            .notify_channel(self.channel)
+            .notify_on_write(self.notify_on_write))
     }
 }

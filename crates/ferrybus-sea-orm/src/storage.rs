@@ -51,6 +51,7 @@ pub struct PostgresStorage {
     db: DatabaseConnection,
     tables: Tables,
     channel: Option<String>,
+    notify_on_write: bool,
     migrate: bool,
     inbox: InboxConfig,
     delivery: Option<DeliveryConfig>,
@@ -84,6 +85,7 @@ impl PostgresStorage {
         Self {
             tables: Tables::new(),
             channel: None,
+            notify_on_write: true,
             migrate: false,
             inbox: InboxConfig::new(base.clone()),
             delivery: Some(DeliveryConfig::new(base.clone())),
@@ -108,6 +110,37 @@ impl PostgresStorage {
     /// `ferrybus_outbox.<schema>.<outbox_state>`, cut to 63 bytes).
     pub fn notify_channel(mut self, channel: impl Into<String>) -> Self {
         self.channel = Some(channel.into());
+        self.prepared = Arc::default();
+        self
+    }
+
+    /// Whether every bus-outbox write sends a `NOTIFY` on the [channel](Self::notify_channel)
+    /// (default `true`): an idle delivery service then sends the message within a few
+    /// milliseconds of the commit.
+    ///
+    /// The price is paid by the writers. PostgreSQL serializes the commits of all transactions
+    /// that sent a `NOTIFY`, in every database of the server, and holds that lock through the
+    /// commit's WAL flush, so notifying transactions no longer share flushes (group commit).
+    /// Measured with `pgbench` on PostgreSQL 15 (a 600-byte insert per transaction): 7 100
+    /// commits/s without a `NOTIFY` against 4 100–4 500 with one at 4 clients, 9 700 against
+    /// 3 700 at 16. A service whose many concurrent transactions each publish through the bus
+    /// outbox can turn it off and let the delivery services find new rows by polling:
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ferrybus_sea_orm::PostgresStorage;
+    /// # fn storage(db: sea_orm::DatabaseConnection) -> PostgresStorage {
+    /// PostgresStorage::new(db)
+    ///     .notify_on_write(false)
+    ///     // messages wait up to this long after their commit
+    ///     .poll_interval(Duration::from_millis(50))
+    /// # }
+    /// ```
+    ///
+    /// Delivery services keep listening either way: writers configured otherwise (another
+    /// instance) still wake them.
+    pub fn notify_on_write(mut self, enabled: bool) -> Self {
+        self.notify_on_write = enabled;
         self.prepared = Arc::default();
         self
     }
@@ -294,7 +327,7 @@ impl PostgresStorage {
     }
 
     fn configured(&self) -> StorageConfig {
-        let config = StorageConfig::new(self.tables.clone());
+        let config = StorageConfig::new(self.tables.clone()).notify_on_write(self.notify_on_write);
         match &self.channel {
             Some(channel) => config.notify_channel(channel.clone()),
             None => config,

@@ -545,6 +545,64 @@ async fn outbox_ids_are_time_ordered_per_transaction(shape: Shape) {
     assert_eq!(tdb.count(&ordered, vec![ids[0].into()]).await, 1);
 }
 
+/// With `notify_on_write(false)` a bus-outbox write sends no `NOTIFY` (the next notification a
+/// listener receives is a marker committed after it), and the delivery service still finds the
+/// row by polling; with the default, the write notifies.
+async fn writes_without_notify_are_found_by_polling(shape: Shape) {
+    let tdb = TestDb::new(shape).await;
+    let channel = format!("fbtest_{}", Uuid::new_v4().simple());
+    let mut listener =
+        sea_orm::sqlx::postgres::PgListener::connect_with(tdb.db.get_postgres_connection_pool())
+            .await
+            .unwrap();
+    listener.listen(&channel).await.unwrap();
+    let prepared = |notify: bool| {
+        let storage = PostgresStorage::new(tdb.db.clone())
+            .tables(tdb.tables())
+            .notify_channel(channel.clone())
+            .notify_on_write(notify)
+            .poll_interval(Duration::from_millis(50))
+            .sweep_after(None)
+            .inbox_cleanup(false);
+        async move {
+            storage.prepare().await.unwrap();
+            storage
+        }
+    };
+    let (loud, quiet) = (prepared(true).await, prepared(false).await);
+    let mark = |payload: &'static str| {
+        let sql = format!("SELECT pg_notify('{channel}', '{payload}')");
+        let db = tdb.db.clone();
+        async move {
+            db.execute_unprepared(&sql).await.unwrap();
+        }
+    };
+    let mut expected = publish_committed(&tdb, &outbox(&loud), 1).await;
+    mark("after-loud").await;
+    assert_eq!(
+        listener.recv().await.unwrap().payload(),
+        "",
+        "the write's own"
+    );
+    assert_eq!(listener.recv().await.unwrap().payload(), "after-loud");
+    expected.extend(publish_committed(&tdb, &outbox(&quiet), 2).await);
+    mark("after-quiet").await;
+    assert_eq!(
+        listener.recv().await.unwrap().payload(),
+        "after-quiet",
+        "the quiet write sent no NOTIFY"
+    );
+    let sink = RecordingSink::default();
+    let background = quiet.start(Arc::new(sink.clone()));
+    eventually("delivery by polling", WAIT, || async {
+        (sink.ids().len() == expected.len()).then_some(())
+    })
+    .await;
+    background.stop().await;
+    assert_eq!(sink.ids(), expected, "every message once, in order");
+    assert_eq!(tdb.rows("message").await, 0);
+}
+
 /// The sweeper delivers consumer-outbox rows whose inbound message went to the error queue.
 async fn sweeper_delivers_stranded_rows(shape: Shape) {
     let tdb = TestDb::new(shape).await;
@@ -695,6 +753,7 @@ ferrybus_testing::on_every_shape!(
     delivers_dotnet_rows,
     rows_are_valid_for_dotnet,
     outbox_ids_are_time_ordered_per_transaction,
+    writes_without_notify_are_found_by_polling,
     sweeper_delivers_stranded_rows,
     passes_resume_large_outboxes_and_remove_delivered_states,
     a_commit_does_not_wait_for_a_busy_worker

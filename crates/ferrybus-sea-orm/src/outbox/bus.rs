@@ -82,10 +82,10 @@ impl BusOutbox {
         db: &impl ConnectionTrait,
         message: &OutgoingMessage,
     ) -> Result<Uuid, StoreError> {
-        let statement = self
-            .config
-            .sql()
-            .bus_insert(Utc::now(), self.config.channel(), message)?;
+        let statement =
+            self.config
+                .sql()
+                .bus_insert(Utc::now(), self.config.write_notify(), message)?;
         let row = db.query_one_raw(statement).await?.ok_or_else(|| {
             StoreError::new(
                 StoreErrorKind::Database,

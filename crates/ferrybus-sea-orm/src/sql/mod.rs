@@ -690,11 +690,11 @@ impl Sql {
 
     /// One bus-outbox message: the state row of the current transaction's outbox (created on
     /// the first message; its id is [`BUS_OUTBOX_ID`]), the message row, and a `NOTIFY` on
-    /// `channel`, in one statement; returns the outbox id ([`WrittenOutbox`]).
+    /// `notify` when there is one, in one statement; returns the outbox id ([`WrittenOutbox`]).
     pub(crate) fn bus_insert(
         &self,
         now: DateTime<Utc>,
-        channel: &str,
+        notify: Option<&str>,
         message: &OutgoingMessage,
     ) -> Result<Statement, StoreError> {
         let n = &self.names;
@@ -720,15 +720,17 @@ impl Sql {
                 .into_iter()
                 .map(|(_, v)| SimpleExpr::from(Expr::val(v))),
         );
-        select.from_subquery(
-            Query::select()
-                .expr(
-                    Func::cust(alias("pg_notify"))
-                        .args([SimpleExpr::from(channel), SimpleExpr::from("")]),
-                )
-                .to_owned(),
-            alias("notified"),
-        );
+        if let Some(channel) = notify {
+            select.from_subquery(
+                Query::select()
+                    .expr(
+                        Func::cust(alias("pg_notify"))
+                            .args([SimpleExpr::from(channel), SimpleExpr::from("")]),
+                    )
+                    .to_owned(),
+                alias("notified"),
+            );
+        }
         let mut query = Query::insert();
         query
             .into_table(n.table(MESSAGE))
@@ -1028,7 +1030,7 @@ mod tests {
                 sql.insert_inbox_messages(key, &[message(), message()], Some(now))
                     .unwrap(),
                 sql.insert_inbox_messages(key, &[message()], None).unwrap(),
-                sql.bus_insert(now, "chan", &message()).unwrap(),
+                sql.bus_insert(now, Some("chan"), &message()).unwrap(),
                 sql.claim_outboxes(&[id], 64, 100),
                 sql.delete_outbox_messages(&[id], &[1, 2]),
                 sql.delete_outbox_states(&[id]),
