@@ -20,9 +20,9 @@ use crate::storage::PostgresStorage;
 /// instance (a bus with this storage runs one) sends it, woken by `NOTIFY`, which PostgreSQL
 /// delivers only on commit.
 ///
-/// Every message written in one transaction belongs to one outbox (one `OutboxState` row, id
-/// derived from the transaction id), so they are delivered in the order they were written. The
-/// rows have MassTransit's shape: a .NET delivery service delivers them too.
+/// Every message written in one transaction belongs to one outbox (one `OutboxState` row, its id
+/// a UUIDv7 of the transaction's start), so they are delivered in the order they were written.
+/// The rows have MassTransit's shape: a .NET delivery service delivers them too.
 ///
 /// ```no_run
 /// # async fn run(bus: ferrybus_rabbitmq::RabbitMqBus, storage: ferrybus_sea_orm::PostgresStorage) -> Result<(), Box<dyn std::error::Error>> {
