@@ -75,19 +75,15 @@ async fn run_endpoint(
     limit: Duration,
 ) -> Result<RunResult, FerryError> {
     let start = Instant::now();
-    let mut buses = Vec::new();
-    for storage in storages {
+    // Several instances start together, as separately deployed ones do.
+    let buses = futures::future::try_join_all(storages.into_iter().map(|storage| {
         let mut builder = RabbitMqBus::builder(amqp_url).connection_name("ferrybus-bench");
         if let Some(storage) = storage {
             builder = builder.storage(storage);
         }
-        buses.push(
-            builder
-                .receive_endpoint(queue, endpoint.clone())
-                .start()
-                .await?,
-        );
-    }
+        builder.receive_endpoint(queue, endpoint.clone()).start()
+    }))
+    .await?;
     let (processed, last) = counter.wait_for(expected, limit).await;
     for bus in buses {
         bus.stop().await;
