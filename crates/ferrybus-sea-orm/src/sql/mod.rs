@@ -140,6 +140,8 @@ struct Templates {
     inbox_insert: OnceLock<String>,
     /// By message count − 1, then with (`[1]`) or without the inbox-row update.
     inbox_messages: [[OnceLock<String>; 2]; TEMPLATED_MESSAGES],
+    /// With (`[1]`) or without the `NOTIFY` (its channel is a bound value).
+    bus_insert: [OnceLock<String>; 2],
 }
 
 /// Starts a READ COMMITTED transaction whatever the server's, database's, role's or session's
@@ -698,6 +700,33 @@ impl Sql {
         message: &OutgoingMessage,
     ) -> Result<Statement, StoreError> {
         let n = &self.names;
+        let row = message_values(n, message)?;
+        let template = &self.templates.bus_insert[usize::from(notify.is_some())];
+        let Some(sql) = template.get() else {
+            let rendered = self.render_bus_insert(now, notify, row)?;
+            return Ok(remember(template, rendered));
+        };
+        // In the order sea-query binds them: the state row's, the message's, the NOTIFY's.
+        let mut values = Vec::with_capacity(4 + BINDS_PER_MESSAGE);
+        values.extend([Uuid::nil().into(), n.ts_value(Some(now))]);
+        values.extend(row.into_iter().map(|(_, v)| v));
+        if let Some(channel) = notify {
+            values.extend([channel.into(), "".into()]);
+        }
+        Ok(Statement::from_sql_and_values(
+            DbBackend::Postgres,
+            sql.as_str(),
+            values,
+        ))
+    }
+
+    fn render_bus_insert(
+        &self,
+        now: DateTime<Utc>,
+        notify: Option<&str>,
+        values: Vec<(msg::Column, Value)>,
+    ) -> Result<Statement, StoreError> {
+        let n = &self.names;
         let outbox_id = || Expr::cust(BUS_OUTBOX_ID);
         let oid = n.c(state::Column::OutboxId);
         let state_row = Query::insert()
@@ -710,7 +739,6 @@ impl Sql {
             .values_panic([outbox_id(), Uuid::nil().into(), n.ts(now)])
             .on_conflict(OnConflict::column(oid.clone()).do_nothing().to_owned())
             .to_owned();
-        let values = message_values(n, message)?;
         let mut columns = vec![n.c(msg::Column::OutboxId)];
         columns.extend(values.iter().map(|(c, _)| n.c(*c)));
         let mut select = Query::select();
@@ -1126,8 +1154,18 @@ mod template_tests {
                     );
                 }
             }
+            for notify in [None, Some("chan-a"), None, Some("chan-b")] {
+                let (now, message) = (Utc::now(), message(7));
+                let row = message_values(&sql.names, &message).unwrap();
+                assert_eq!(
+                    sql.bus_insert(now, notify, &message).unwrap(),
+                    sql.render_bus_insert(now, notify, row).unwrap(),
+                    "notify {notify:?}"
+                );
+            }
             assert!(sql.templates.inbox_insert.get().is_some());
             assert!(sql.templates.inbox_messages[0][1].get().is_some());
+            assert!(sql.templates.bus_insert.iter().all(|t| t.get().is_some()));
         }
     }
 }
