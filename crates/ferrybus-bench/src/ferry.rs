@@ -374,7 +374,7 @@ pub(crate) async fn relay(
     let queue = relay::ping_queue(b, &format!("{what}-in")).await?;
     let channel = format!("ferrybus_bench_{}_{}", b.run_id, what.replace('-', "_"));
     let db = database(b, &schema, writers as u32).await?;
-    // Polling only: the writers send no NOTIFY (`notify_on_write(false)`).
+    // A polling run's writers send no NOTIFY (`notify_on_write(false)`).
     let writer_storage = PostgresStorage::new(db.clone())
         .tables(tables(&schema))
         .notify_channel(channel.clone())

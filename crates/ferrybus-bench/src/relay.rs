@@ -438,8 +438,7 @@ pub(crate) async fn rows(b: &Bench) -> Result<Vec<Row>, BoxError> {
             Target::none(),
         )
         .note(
-            "notify_on_write(false): PostgreSQL serializes the commits of notifying transactions"
-                .to_owned(),
+            "notify_on_write(false): PostgreSQL serializes the commits of notifying transactions",
         ),
         Row::new(
             s,
