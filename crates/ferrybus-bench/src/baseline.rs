@@ -19,6 +19,7 @@ use tokio::sync::Semaphore;
 use uuid::Uuid;
 
 use crate::broker::{self, Counter};
+use crate::cpu::CpuSpent;
 use crate::db;
 use crate::messages::{BaselineEnvelope, OrderAccepted, OrderSubmitted};
 use crate::BoxError;
@@ -32,6 +33,8 @@ pub(crate) struct RunResult {
     pub(crate) elapsed: Duration,
     /// Handler errors (each leaves a message unacknowledged).
     pub(crate) errors: usize,
+    /// CPU spent over the timed span (the whole machine and the bench process).
+    pub(crate) cpu: CpuSpent,
 }
 
 impl RunResult {
@@ -122,6 +125,7 @@ where
         }
     });
     let (processed, last) = counter.wait_for(expected, limit).await;
+    let cpu = counter.cpu_since_first();
     // Let the last acknowledgements go out before closing.
     tokio::time::sleep(Duration::from_millis(20)).await;
     let elapsed = counter.span(start, last);
@@ -131,6 +135,7 @@ where
         processed,
         elapsed,
         errors: errors.load(std::sync::atomic::Ordering::Relaxed),
+        cpu,
     })
 }
 

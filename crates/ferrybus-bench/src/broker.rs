@@ -13,6 +13,7 @@ use lapin::options::{
 use lapin::types::FieldTable;
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
 
+use crate::cpu::{CpuSample, CpuSpent};
 use crate::BoxError;
 
 /// MassTransit's content type.
@@ -133,7 +134,7 @@ pub(crate) async fn purge(conn: &Connection, queue: &str) -> Result<(), BoxError
 #[derive(Clone, Default)]
 pub(crate) struct Counter {
     count: Arc<AtomicUsize>,
-    first: Arc<std::sync::OnceLock<Instant>>,
+    first: Arc<std::sync::OnceLock<(Instant, CpuSample)>>,
 }
 
 impl Counter {
@@ -145,15 +146,24 @@ impl Counter {
     /// Adds one.
     pub(crate) fn incr(&self) {
         if self.count.fetch_add(1, Ordering::Relaxed) == 0 {
-            let _ = self.first.set(Instant::now());
+            let _ = self.first.set((Instant::now(), CpuSample::now()));
         }
     }
 
     /// From the first count to `last` (from `start` when nothing was counted): the timed span
     /// of a run, which leaves connection and set-up time out on both sides.
     pub(crate) fn span(&self, start: Instant, last: Instant) -> Duration {
-        let first = self.first.get().copied().unwrap_or(start);
+        let first = self.first.get().map_or(start, |(at, _)| *at);
         last.saturating_duration_since(first)
+    }
+
+    /// CPU spent from the first count to now (nothing when nothing was counted): read right
+    /// after [`Counter::wait_for`], the CPU of the timed span.
+    pub(crate) fn cpu_since_first(&self) -> CpuSpent {
+        self.first
+            .get()
+            .map(|(_, cpu)| CpuSample::now().since(cpu))
+            .unwrap_or_default()
     }
 
     /// The count.

@@ -66,6 +66,18 @@ impl CpuSpent {
     }
 }
 
+/// The mean of `per` (CPU per message or order of several runs), as "0.520 ms (0.210 ms)":
+/// the whole machine, then the bench process; "n/a" when there is none.
+pub(crate) fn mean_label(per: &[CpuSpent]) -> String {
+    if per.is_empty() {
+        return "n/a".to_owned();
+    }
+    let n = per.len() as f64;
+    let busy = per.iter().map(|c| c.busy_ms).sum::<f64>() / n;
+    let own = per.iter().map(|c| c.own_ms).sum::<f64>() / n;
+    format!("{busy:.3} ms ({own:.3} ms)")
+}
+
 /// (busy, steal) ticks of the `cpu` line of `/proc/stat`.
 fn machine() -> Option<(u64, u64)> {
     let stat = std::fs::read_to_string("/proc/stat").ok()?;
@@ -133,5 +145,19 @@ mod tests {
         assert!((spent.own_ms - 0.5).abs() < 1e-9);
         assert!((spent.steal_ms - 0.1).abs() < 1e-9);
         assert!(CpuSample::now().busy > 0);
+    }
+
+    #[test]
+    fn labels_the_mean() {
+        let spent = |busy_ms, own_ms| CpuSpent {
+            busy_ms,
+            own_ms,
+            steal_ms: 0.0,
+        };
+        assert_eq!(mean_label(&[]), "n/a");
+        assert_eq!(
+            mean_label(&[spent(0.5, 0.2), spent(0.7, 0.3)]),
+            "0.600 ms (0.250 ms)"
+        );
     }
 }

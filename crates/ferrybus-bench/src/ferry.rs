@@ -85,6 +85,7 @@ async fn run_endpoint(
     }))
     .await?;
     let (processed, last) = counter.wait_for(expected, limit).await;
+    let cpu = counter.cpu_since_first();
     for bus in buses {
         bus.stop().await;
     }
@@ -92,6 +93,7 @@ async fn run_endpoint(
         processed,
         elapsed: counter.span(start, last),
         errors: 0,
+        cpu,
     })
 }
 

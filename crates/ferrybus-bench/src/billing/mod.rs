@@ -20,7 +20,7 @@ use rust_decimal::Decimal;
 use uuid::Uuid;
 
 use crate::broker;
-use crate::cpu::{CpuSample, CpuSpent};
+use crate::cpu::{self, CpuSample, CpuSpent};
 use crate::messages;
 use crate::report::{Measure, Row, Target};
 use crate::scenarios::Bench;
@@ -380,21 +380,15 @@ pub(crate) async fn rows(b: &Bench) -> Result<Vec<Row>, BoxError> {
     ))])
 }
 
-/// The mean CPU per order of the completed `runs`, as "3.21 ms (0.95 ms)".
+/// The mean CPU per order of the completed `runs`.
 fn mean_cpu(runs: &[Result<BillingRun, BoxError>]) -> String {
-    let done: Vec<&CpuSpent> = runs
+    let per: Vec<CpuSpent> = runs
         .iter()
         .filter_map(|r| r.as_ref().ok())
         .filter(|r| r.completed > 0)
-        .map(|r| &r.cpu)
+        .map(|r| r.cpu)
         .collect();
-    if done.is_empty() {
-        return "n/a".to_owned();
-    }
-    let n = done.len() as f64;
-    let busy = done.iter().map(|c| c.busy_ms).sum::<f64>() / n;
-    let own = done.iter().map(|c| c.own_ms).sum::<f64>() / n;
-    format!("{busy:.2} ms ({own:.2} ms)")
+    cpu::mean_label(&per)
 }
 
 /// Scenario 7's rows: billing with an empty inbox and with many delivered rows in it.

@@ -11,6 +11,7 @@ use lapin::ExchangeKind;
 use super::Bench;
 use crate::baseline::{self, RunResult};
 use crate::broker;
+use crate::cpu;
 use crate::db;
 use crate::ferry::{self, FerryError};
 use crate::messages::OrderAccepted;
@@ -215,6 +216,17 @@ fn measure(b: &Bench, what: &str, results: Vec<Result<RunResult, FerryError>>) -
     }
 }
 
+/// The mean CPU per message over the timed spans of the completed `runs`.
+fn mean_cpu(runs: &[Result<RunResult, FerryError>]) -> String {
+    let per: Vec<_> = runs
+        .iter()
+        .filter_map(|r| r.as_ref().ok())
+        .filter(|r| r.processed > 1)
+        .map(|r| r.cpu.per(r.processed))
+        .collect();
+    cpu::mean_label(&per)
+}
+
 pub(super) async fn consumer_rows(b: &Bench, kind: Kind) -> Result<Vec<Row>, BoxError> {
     let mut base = Vec::new();
     let mut ferry = Vec::new();
@@ -239,6 +251,11 @@ pub(super) async fn consumer_rows(b: &Bench, kind: Kind) -> Result<Vec<Row>, Box
         }
     }
     let label = kind.label();
+    let cpu = format!(
+        "; CPU per message, whole machine (bench process): ferrybus {}, baseline {}",
+        mean_cpu(&ferry),
+        mean_cpu(&base)
+    );
     let ferry = measure(b, &format!("{label} ferrybus"), ferry);
     let base = measure(b, &format!("{label} baseline"), base);
     let c = b.args.concurrency;
@@ -263,7 +280,7 @@ pub(super) async fn consumer_rows(b: &Bench, kind: Kind) -> Result<Vec<Row>, Box
             Target::ratio(1.0),
         )
         .note(format!(
-            "{} msgs, concurrency {c}, pool {c}",
+            "{} msgs, concurrency {c}, pool {c}{cpu}",
             b.args.messages
         ))],
         Kind::Outbox => vec![
@@ -277,7 +294,7 @@ pub(super) async fn consumer_rows(b: &Bench, kind: Kind) -> Result<Vec<Row>, Box
                 Target::none(),
             )
             .note(format!(
-                "{} msgs, concurrency {c}; one OrderAccepted published per input",
+                "{} msgs, concurrency {c}; one OrderAccepted published per input{cpu}",
                 b.args.messages
             )),
             Row::new(
