@@ -47,21 +47,29 @@ impl AddressError {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct HostAddress {
     scheme: String,
-    host: String,
-    port: Option<u16>,
     vhost: String,
+    /// `scheme://host[:port]/[vhost/]`, made once: every address on this host starts with it.
+    base: String,
 }
 
 impl HostAddress {
     /// A host address. `vhost` `/` (or empty) means the default virtual host; default ports
     /// (5672, 5671) are left out, as MassTransit formats them.
     pub fn new(scheme: &str, host: &str, port: Option<u16>, vhost: &str) -> Self {
-        let port = port.filter(|p| *p != 5672 && *p != 5671);
+        let vhost = vhost.trim_matches('/');
+        let mut base = format!("{scheme}://{host}");
+        if let Some(port) = port.filter(|p| *p != 5672 && *p != 5671) {
+            base.push_str(&format!(":{port}"));
+        }
+        base.push('/');
+        if !vhost.is_empty() {
+            base.push_str(vhost);
+            base.push('/');
+        }
         Self {
             scheme: scheme.to_owned(),
-            host: host.to_owned(),
-            port,
-            vhost: vhost.trim_matches('/').to_owned(),
+            vhost: vhost.to_owned(),
+            base,
         }
     }
 
@@ -82,7 +90,10 @@ impl HostAddress {
 
     /// The address of an exchange or queue named `name` on this host.
     pub fn entity_address(&self, name: &str) -> String {
-        format!("{self}{name}")
+        let mut address = String::with_capacity(self.base.len() + name.len());
+        address.push_str(&self.base);
+        address.push_str(name);
+        address
     }
 
     /// Resolves what a user passes to `send`: a full URI, `queue:name` (declares and binds the
@@ -123,15 +134,7 @@ fn checked<'a>(address: &str, name: &'a str) -> Result<&'a str, AddressError> {
 
 impl fmt::Display for HostAddress {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}://{}", self.scheme, self.host)?;
-        if let Some(port) = self.port {
-            write!(f, ":{port}")?;
-        }
-        f.write_str("/")?;
-        if !self.vhost.is_empty() {
-            write!(f, "{}/", self.vhost)?;
-        }
-        Ok(())
+        f.write_str(&self.base)
     }
 }
 

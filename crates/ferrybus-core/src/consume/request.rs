@@ -71,6 +71,8 @@ pub struct ConsumerInfo {
     name: String,
     message_type: MessageType,
     queue: String,
+    /// Derived once here: every delivery's inbox key uses it.
+    consumer_id: Uuid,
     reserialize: Option<fn(&Payload) -> Option<serde_json::Value>>,
 }
 
@@ -81,10 +83,12 @@ impl ConsumerInfo {
         message_type: MessageType,
         queue: impl Into<String>,
     ) -> Self {
+        let (name, queue) = (name.into(), queue.into());
         Self {
-            name: name.into(),
+            consumer_id: consumer_id(&name, &message_type.dotnet_name(), &queue),
+            name,
             message_type,
-            queue: queue.into(),
+            queue,
             reserialize: None,
         }
     }
@@ -126,7 +130,7 @@ impl ConsumerInfo {
     /// The inbox consumer id, derived as MassTransit derives it from
     /// `"<consumer>:<message .NET type>:<queue>"`.
     pub fn consumer_id(&self) -> Uuid {
-        consumer_id(&self.name, &self.message_type.dotnet_name(), &self.queue)
+        self.consumer_id
     }
 }
 

@@ -143,27 +143,45 @@ pub(super) fn year_in_range(time: &NaiveDateTime) -> bool {
 /// `:59.9999999`. Years outside 0000 to 9999 get a sign (`+10000`), which .NET cannot read.
 pub(super) fn write_naive(out: &mut String, time: &NaiveDateTime) {
     let year = time.year();
-    // Writing to a String cannot fail.
-    let _ = if (0..=9999).contains(&year) {
-        write!(out, "{year:04}")
+    if (0..=9999).contains(&year) {
+        push_digits(out, year.unsigned_abs(), 4);
     } else {
-        write!(out, "{year:+05}")
-    };
-    let _ = write!(
-        out,
-        "-{:02}-{:02}T{:02}:{:02}:{:02}",
-        time.month(),
-        time.day(),
-        time.hour(),
-        time.minute(),
-        time.second()
-    );
+        // Writing to a String cannot fail.
+        let _ = write!(out, "{year:+05}");
+    }
+    for (separator, value) in [
+        ('-', time.month()),
+        ('-', time.day()),
+        ('T', time.hour()),
+        (':', time.minute()),
+        (':', time.second()),
+    ] {
+        out.push(separator);
+        push_digits(out, value, 2);
+    }
     let ticks = time.nanosecond().min(999_999_999) / 100;
     if ticks != 0 {
-        let fraction = format!("{ticks:07}");
         out.push('.');
-        out.push_str(fraction.trim_end_matches('0'));
+        let mut width = 7;
+        let mut trimmed = ticks;
+        while trimmed.is_multiple_of(10) {
+            trimmed /= 10;
+            width -= 1;
+        }
+        push_digits(out, trimmed, width);
     }
+}
+
+/// Writes the `width` low decimal digits of `value`, zero-padded (these timestamps are written
+/// for every message, so without `fmt`).
+fn push_digits(out: &mut String, value: u32, width: usize) {
+    let mut digits = [b'0'; 10];
+    let mut rest = value;
+    for digit in digits[..width].iter_mut().rev() {
+        *digit = b'0' + (rest % 10) as u8;
+        rest /= 10;
+    }
+    out.extend(digits[..width].iter().map(|&d| char::from(d)));
 }
 
 /// Writes an offset as `±hh:mm` (`+00:00` for UTC), with `:ss` only for an offset that is not a
@@ -261,6 +279,41 @@ mod tests {
                 "{text:?}"
             );
         }
+    }
+
+    #[test]
+    fn writes_every_field_zero_padded_and_the_fraction_trimmed() {
+        let at = |y, mo, d, h, mi, s, nanos| {
+            let time = NaiveDate::from_ymd_opt(y, mo, d)
+                .unwrap()
+                .and_hms_nano_opt(h, mi, s, nanos)
+                .unwrap();
+            let mut out = String::new();
+            write_naive(&mut out, &time);
+            out
+        };
+        assert_eq!(at(1, 2, 3, 4, 5, 6, 0), "0001-02-03T04:05:06");
+        assert_eq!(
+            at(2025, 12, 31, 23, 59, 59, 330_506_900),
+            "2025-12-31T23:59:59.3305069"
+        );
+        assert_eq!(
+            at(2025, 5, 24, 18, 9, 0, 100_000_000),
+            "2025-05-24T18:09:00.1"
+        );
+        assert_eq!(
+            at(2025, 5, 24, 18, 9, 0, 100),
+            "2025-05-24T18:09:00.0000001"
+        );
+        assert_eq!(at(2025, 5, 24, 18, 9, 0, 99), "2025-05-24T18:09:00");
+        assert_eq!(
+            at(2025, 5, 24, 18, 9, 0, 120_000_099),
+            "2025-05-24T18:09:00.12"
+        );
+        assert_eq!(
+            at(999, 1, 1, 0, 0, 59, 1_999_999_999),
+            "0999-01-01T00:00:59.9999999"
+        );
     }
 
     #[test]

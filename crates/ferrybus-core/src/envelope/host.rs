@@ -2,7 +2,8 @@
 
 use std::sync::{Arc, OnceLock};
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, Serializer};
+use serde_json::value::RawValue;
 
 /// The `host` object of an envelope and the `MT-Host-*` headers: which machine and process wrote
 /// a message. Fields are in MassTransit's order; every field is optional on read.
@@ -41,6 +42,25 @@ pub struct HostInfo {
 }
 
 static CURRENT: OnceLock<Arc<HostInfo>> = OnceLock::new();
+
+/// [`CURRENT`] as JSON text, made once: every message this process writes carries it.
+static CURRENT_JSON: OnceLock<Box<RawValue>> = OnceLock::new();
+
+/// Writes an envelope's `host`: this process's [`HostInfo::shared`] from its JSON text made
+/// once, any other host field by field.
+pub(super) fn serialize<S: Serializer>(
+    host: &Option<Arc<HostInfo>>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match host {
+        Some(host) if Arc::ptr_eq(host, HostInfo::shared_ref()) => CURRENT_JSON
+            .get_or_init(|| {
+                serde_json::value::to_raw_value(&**host).expect("a HostInfo always serializes")
+            })
+            .serialize(serializer),
+        other => other.serialize(serializer),
+    }
+}
 
 impl HostInfo {
     /// The host information of this process, computed once.

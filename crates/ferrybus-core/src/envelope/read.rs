@@ -84,7 +84,7 @@ impl<'de> Visitor<'de> for EnvelopeVisitor {
                 })?,
                 Key::Host => map
                     .next_value::<Box<RawValue>>()
-                    .map(|raw| read_raw_host(&raw).map(|v| envelope.host = v.map(Arc::new)))?,
+                    .map(|raw| read_raw_host(&raw).map(|v| envelope.host = v))?,
                 Key::Other => map.next_value::<IgnoredAny>().map(|_| Ok(()))?,
             };
             if let Err(error) = read {
@@ -368,7 +368,10 @@ fn time(field: &'static str, value: Loose<'_>) -> Result<Option<DateTime<Utc>>, 
 }
 
 /// Reads the envelope's `host` from its JSON text: an object, keys in any case, or `null`.
-fn read_raw_host(raw: &RawValue) -> Result<Option<HostInfo>, EnvelopeError> {
+///
+/// A peer writes the same `host` text into every message it sends, so the last few hosts read
+/// on this thread are kept by their exact text and shared ([`RecentHosts`]).
+fn read_raw_host(raw: &RawValue) -> Result<Option<Arc<HostInfo>>, EnvelopeError> {
     let text = raw.get();
     if text == "null" {
         return Ok(None);
@@ -385,9 +388,47 @@ fn read_raw_host(raw: &RawValue) -> Result<Option<HostInfo>, EnvelopeError> {
             format!("expected an object, found {kind}"),
         ));
     }
-    crate::message::bind::<HostInfo>(text)
-        .map(Some)
-        .map_err(|e| EnvelopeError::field("host", e.to_string()))
+    if let Some(host) = RECENT_HOSTS.with(|recent| recent.borrow().get(text)) {
+        return Ok(Some(host));
+    }
+    let host = crate::message::bind::<HostInfo>(text)
+        .map(Arc::new)
+        .map_err(|e| EnvelopeError::field("host", e.to_string()))?;
+    RECENT_HOSTS.with(|recent| recent.borrow_mut().insert(text, host.clone()));
+    Ok(Some(host))
+}
+
+thread_local! {
+    static RECENT_HOSTS: std::cell::RefCell<RecentHosts> = const {
+        std::cell::RefCell::new(RecentHosts { entries: Vec::new(), next: 0 })
+    };
+}
+
+/// The last [`RecentHosts::CAPACITY`] `host` objects read, by their JSON text, replaced in turn.
+struct RecentHosts {
+    entries: Vec<(Box<str>, Arc<HostInfo>)>,
+    next: usize,
+}
+
+impl RecentHosts {
+    const CAPACITY: usize = 8;
+
+    fn get(&self, text: &str) -> Option<Arc<HostInfo>> {
+        self.entries
+            .iter()
+            .find(|(known, _)| **known == *text)
+            .map(|(_, host)| host.clone())
+    }
+
+    fn insert(&mut self, text: &str, host: Arc<HostInfo>) {
+        let entry = (Box::from(text), host);
+        if self.entries.len() < Self::CAPACITY {
+            self.entries.push(entry);
+        } else {
+            self.entries[self.next] = entry;
+            self.next = (self.next + 1) % Self::CAPACITY;
+        }
+    }
 }
 
 /// Reads a `host` object (keys in any case), as the envelope and `MT-Host-Info` carry it.
