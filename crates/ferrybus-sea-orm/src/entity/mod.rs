@@ -55,7 +55,7 @@
 //! # let _ = (pending, newest); Ok(()) }
 //! ```
 
-use sea_orm::sea_query::{Alias, IntoIden, TableRef};
+use sea_orm::sea_query::{DynIden, IntoIden, TableRef};
 use sea_orm::{
     ActiveModelTrait, DeleteMany, EntityName, EntityTrait, Insert, QueryTrait, Select, UpdateMany,
     ValidatedDeleteOne, ValidatedUpdateOne,
@@ -113,9 +113,9 @@ pub(crate) use outbox_entity;
 /// `schema.table AS <the entity's table name>`.
 fn aliased<E: EntityTrait>(schema: &str, table: &str) -> TableRef {
     crate::sql::names::schema_table(
-        Alias::new(schema).into_iden(),
-        Alias::new(table).into_iden(),
-        Some(Alias::new(E::default().table_name()).into_iden()),
+        DynIden::from(schema.to_owned()),
+        DynIden::from(table.to_owned()),
+        Some(E::default().table_name().into_iden()),
     )
 }
 

@@ -3,7 +3,9 @@
 use base64::Engine as _;
 use ferrybus_core::envelope::ENVELOPE_CONTENT_TYPE;
 use ferrybus_core::{Envelope, Headers, OutgoingMessage};
-use sea_orm::sea_query::{Alias, ExprTrait, SimpleExpr};
+use sea_orm::sea_query::{DynIden, ExprTrait, SimpleExpr};
+
+use crate::sql::names::iden;
 use sea_orm::{FromQueryResult, IdenStatic, Iterable, QueryResult, Value};
 use serde_json::Value as Json;
 
@@ -141,18 +143,18 @@ pub(crate) struct StoredRow {
 /// Every column of the message table under alias `a`, named as the entity's columns (so the row
 /// decodes into [`Model`]): sequence numbers as `bigint` (legacy tables have `integer`
 /// identities), time columns as `timestamptz`.
-pub(crate) fn message_columns(names: &Names, a: &'static str) -> Vec<(SimpleExpr, Alias)> {
+pub(crate) fn message_columns(names: &Names, a: &'static str) -> Vec<(SimpleExpr, DynIden)> {
     Column::iter()
         .map(|col| {
             let expr = names.ac(a, col);
             let expr = match col {
-                Column::SequenceNumber => expr.cast_as(Alias::new("bigint")),
+                Column::SequenceNumber => expr.cast_as(iden("bigint")),
                 Column::EnqueueTime | Column::SentTime | Column::ExpirationTime => {
                     names.ts_read(expr)
                 }
                 _ => expr,
             };
-            (expr, Alias::new(col.as_str()))
+            (expr, iden(col.as_str()))
         })
         .collect()
 }

@@ -14,8 +14,9 @@ use chrono::{DateTime, Utc};
 use ferrybus_core::OutgoingMessage;
 use sea_orm::sea_query::ExprTrait;
 use sea_orm::sea_query::{
-    Alias, Asterisk, CommonTableExpression, Expr, Func, IntoIden, JoinType, LockBehavior, LockType,
-    OnConflict, Order, PgFunc, Query, SelectStatement, SimpleExpr, SubQueryStatement, TableRef,
+    Alias, Asterisk, CommonTableExpression, DynIden, Expr, Func, IntoIden, JoinType, LockBehavior,
+    LockType, OnConflict, Order, PgFunc, Query, SelectStatement, SimpleExpr, SubQueryStatement,
+    TableRef,
 };
 use sea_orm::{
     ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, FromQueryResult,
@@ -47,11 +48,11 @@ macro_rules! named {
 }
 
 fn bigint(expr: impl Into<SimpleExpr>) -> SimpleExpr {
-    expr.into().cast_as(Alias::new("bigint"))
+    expr.into().cast_as(alias("bigint"))
 }
 
-fn alias(name: &'static str) -> Alias {
-    Alias::new(name)
+fn alias(name: &'static str) -> DynIden {
+    names::iden(name)
 }
 
 /// Begins READ COMMITTED transactions (whatever the server default is): a waiter on a row lock
@@ -259,7 +260,7 @@ impl Sql {
 
     /// `Consumed IS NOT NULL AS consumed, Delivered IS NOT NULL AS delivered,
     /// LastSequenceNumber::bigint AS last_sequence_number` ([`RowState`]).
-    fn state_flags(&self) -> [(SimpleExpr, Alias); 3] {
+    fn state_flags(&self) -> [(SimpleExpr, DynIden); 3] {
         let n = &self.names;
         [
             (

@@ -2,14 +2,17 @@
 //! style (from the snake_case entities' columns), typed timestamps, and EF-style constraint
 //! names.
 
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::{
     Alias, BinOper, DynIden, Expr, ExprTrait, IntoIden, SchemaName, SimpleExpr, TableName, TableRef,
 };
-use sea_orm::{ColumnTrait, Value};
+use sea_orm::{ColumnTrait, IdenStatic, Iterable, Value};
 
 use crate::config::{NamingStyle, Tables, TimestampType};
-use crate::entity::OutboxTable;
+use crate::entity::{dotnet, inbox_state, outbox_message, outbox_state, OutboxTable};
 
 /// `message_id` → `MessageId`.
 pub(crate) fn pascal_case(snake: &str) -> String {
@@ -23,6 +26,41 @@ pub(crate) fn pascal_case(snake: &str) -> String {
             }
         })
         .collect()
+}
+
+/// A fixed name as an identifier (borrowed: statements built for every delivery allocate none
+/// for it).
+pub(crate) fn iden(name: &'static str) -> DynIden {
+    name.into_iden()
+}
+
+/// A snake_case entity column as an identifier in `style`: the PascalCase names are the .NET
+/// entities' own, so no column name is built per statement.
+fn column_iden(col: impl ColumnTrait, style: NamingStyle) -> DynIden {
+    static PASCAL: LazyLock<HashMap<&'static str, &'static str>> = LazyLock::new(|| {
+        fn pairs<A: Iterable + IdenStatic, B: Iterable + IdenStatic>(
+        ) -> impl Iterator<Item = (&'static str, &'static str)> {
+            A::iter()
+                .map(|a| a.as_str())
+                .zip(B::iter().map(|b| b.as_str()))
+        }
+        pairs::<inbox_state::Column, dotnet::inbox_state::Column>()
+            .chain(pairs::<outbox_state::Column, dotnet::outbox_state::Column>())
+            .chain(pairs::<
+                outbox_message::Column,
+                dotnet::outbox_message::Column,
+            >())
+            .filter(|(snake, pascal)| pascal_case(snake) == *pascal)
+            .collect()
+    });
+    let snake = col.as_str();
+    match style {
+        NamingStyle::SnakeCase => iden(snake),
+        NamingStyle::PascalCase => match PASCAL.get(snake) {
+            Some(pascal) => iden(pascal),
+            None => pascal_case(snake).into(),
+        },
+    }
 }
 
 /// The column name of a snake_case entity column in `style`.
@@ -108,18 +146,18 @@ impl Names {
         schema_table(
             self.schema.clone(),
             self.table_iden(table),
-            Some(Alias::new(alias).into_iden()),
+            Some(iden(alias)),
         )
     }
 
     /// A column (given by the snake_case entity's column) in this naming.
     pub(crate) fn c(&self, col: impl ColumnTrait) -> DynIden {
-        Alias::new(column_name(col, self.style)).into_iden()
+        column_iden(col, self.style)
     }
 
     /// `alias."Column"`.
     pub(crate) fn ac(&self, alias: &'static str, col: impl ColumnTrait) -> SimpleExpr {
-        Expr::col((Alias::new(alias).into_iden(), self.c(col)))
+        Expr::col((iden(alias), self.c(col)))
     }
 
     /// `"Column"` as an expression.
