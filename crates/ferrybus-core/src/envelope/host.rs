@@ -53,11 +53,19 @@ pub(super) fn serialize<S: Serializer>(
     serializer: S,
 ) -> Result<S::Ok, S::Error> {
     match host {
-        Some(host) if Arc::ptr_eq(host, HostInfo::shared_ref()) => CURRENT_JSON
-            .get_or_init(|| {
-                serde_json::value::to_raw_value(&**host).expect("a HostInfo always serializes")
-            })
-            .serialize(serializer),
+        // `CURRENT.get()`, not `shared_ref()`: writing another host must not fix this
+        // process's before `set_application`.
+        Some(host)
+            if CURRENT
+                .get()
+                .is_some_and(|current| Arc::ptr_eq(host, current)) =>
+        {
+            CURRENT_JSON
+                .get_or_init(|| {
+                    serde_json::value::to_raw_value(&**host).expect("a HostInfo always serializes")
+                })
+                .serialize(serializer)
+        }
         other => other.serialize(serializer),
     }
 }

@@ -268,7 +268,7 @@ mod tests {
         assert_eq!(other.machine_name.as_deref(), Some("web-2"));
         let bad = Envelope::from_slice(body(r#"{"processId": "x"}"#).as_bytes()).unwrap_err();
         assert!(bad.to_string().starts_with("host: "), "{bad}");
-        // Past the cache's capacity, hosts are still read right.
+        // Many hosts, each read right.
         for n in 0..20 {
             let host = format!(r#"{{"machineName": "m{n}"}}"#);
             let read = Envelope::from_slice(body(&host).as_bytes())

@@ -19,6 +19,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::{parse_dotnet_guid, Envelope, EnvelopeError, Headers, HostInfo, Payload};
+use crate::shared_text::TextCache;
 
 /// Reads the top-level object into an [`Envelope`]; anything else is
 /// [`EnvelopeError::NotAnObject`]. The outer `Result` carries JSON syntax errors.
@@ -369,8 +370,8 @@ fn time(field: &'static str, value: Loose<'_>) -> Result<Option<DateTime<Utc>>, 
 
 /// Reads the envelope's `host` from its JSON text: an object, keys in any case, or `null`.
 ///
-/// A peer writes the same `host` text into every message it sends, so the last few hosts read
-/// on this thread are kept by their exact text and shared ([`RecentHosts`]).
+/// A peer writes the same `host` text into every message it sends, so each distinct text is
+/// read once and its `HostInfo` shared ([`TextCache`]).
 fn read_raw_host(raw: &RawValue) -> Result<Option<Arc<HostInfo>>, EnvelopeError> {
     let text = raw.get();
     if text == "null" {
@@ -388,47 +389,13 @@ fn read_raw_host(raw: &RawValue) -> Result<Option<Arc<HostInfo>>, EnvelopeError>
             format!("expected an object, found {kind}"),
         ));
     }
-    if let Some(host) = RECENT_HOSTS.with(|recent| recent.borrow().get(text)) {
-        return Ok(Some(host));
-    }
-    let host = crate::message::bind::<HostInfo>(text)
-        .map(Arc::new)
-        .map_err(|e| EnvelopeError::field("host", e.to_string()))?;
-    RECENT_HOSTS.with(|recent| recent.borrow_mut().insert(text, host.clone()));
-    Ok(Some(host))
-}
-
-thread_local! {
-    static RECENT_HOSTS: std::cell::RefCell<RecentHosts> = const {
-        std::cell::RefCell::new(RecentHosts { entries: Vec::new(), next: 0 })
-    };
-}
-
-/// The last [`RecentHosts::CAPACITY`] `host` objects read, by their JSON text, replaced in turn.
-struct RecentHosts {
-    entries: Vec<(Box<str>, Arc<HostInfo>)>,
-    next: usize,
-}
-
-impl RecentHosts {
-    const CAPACITY: usize = 8;
-
-    fn get(&self, text: &str) -> Option<Arc<HostInfo>> {
-        self.entries
-            .iter()
-            .find(|(known, _)| **known == *text)
-            .map(|(_, host)| host.clone())
-    }
-
-    fn insert(&mut self, text: &str, host: Arc<HostInfo>) {
-        let entry = (Box::from(text), host);
-        if self.entries.len() < Self::CAPACITY {
-            self.entries.push(entry);
-        } else {
-            self.entries[self.next] = entry;
-            self.next = (self.next + 1) % Self::CAPACITY;
-        }
-    }
+    static HOSTS: TextCache<Arc<HostInfo>> = TextCache::new();
+    HOSTS
+        .get_or_try(text, |text| {
+            crate::message::bind::<HostInfo>(text).map(Arc::new)
+        })
+        .map(Some)
+        .map_err(|e| EnvelopeError::field("host", e.to_string()))
 }
 
 /// Reads a `host` object (keys in any case), as the envelope and `MT-Host-Info` carry it.

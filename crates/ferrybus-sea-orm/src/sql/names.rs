@@ -65,10 +65,7 @@ fn column_iden(col: impl ColumnTrait, style: NamingStyle) -> DynIden {
 
 /// The column name of a snake_case entity column in `style`.
 pub(crate) fn column_name(col: impl ColumnTrait, style: NamingStyle) -> String {
-    match style {
-        NamingStyle::SnakeCase => col.as_str().to_owned(),
-        NamingStyle::PascalCase => pascal_case(col.as_str()),
-    }
+    column_iden(col, style).to_string()
 }
 
 /// An EF-style constraint or index name: `PK_InboxState`, `IX_OutboxMessage_EnqueueTime`
