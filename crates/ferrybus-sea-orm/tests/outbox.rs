@@ -381,6 +381,62 @@ async fn a_commit_does_not_wait_for_a_busy_worker(shape: Shape) {
     background.stop().await;
 }
 
+/// Instances share the passes of one outbox table: with one delivery worker each, a second
+/// instance's pass finds no free pass while the first instance's pass is still sending, though
+/// another outbox waits; with two workers it takes the second pass and that outbox at once.
+async fn instances_share_the_passes_of_one_outbox(shape: Shape) {
+    let tdb = TestDb::new(shape).await;
+    let sink = HoldOne {
+        sink: RecordingSink::default(),
+        held: Arc::default(),
+        release: Arc::default(),
+        holding: Arc::default(),
+    };
+    let first_instance = storage(&tdb, Duration::from_secs(3600))
+        .await
+        .delivery_workers(1)
+        .outboxes_per_claim(1);
+    let second_instance = storage(&tdb, Duration::from_secs(3600))
+        .await
+        .delivery_workers(1);
+    let outbox = outbox(&first_instance);
+    let held = publish_committed(&tdb, &outbox, 1).await[0];
+    let waiting = publish_committed(&tdb, &outbox, 1).await[0];
+    *sink.held.lock().unwrap() = Some(held);
+    let holding = sink.holding.notified();
+    let pass = tokio::spawn({
+        let (storage, sink) = (first_instance.clone(), sink.clone());
+        async move { storage.deliver_once(Arc::new(sink)).await }
+    });
+    tokio::time::timeout(WAIT, holding)
+        .await
+        .expect("the first instance's pass is sending its outbox");
+    // Both outcomes are read before the held pass is released, and asserted after: a failed
+    // assertion must not leave that pass (and its locks) open.
+    let second = RecordingSink::default();
+    let while_held = second_instance.deliver_once(Arc::new(second.clone())).await;
+    let attempts_while_held = second.attempts();
+    let wider = second_instance.delivery_workers(2);
+    let with_two_passes = wider.deliver_once(Arc::new(second.clone())).await;
+    sink.release.notify_one();
+    assert_eq!(pass.await.unwrap().unwrap(), 1);
+    assert_eq!(
+        while_held.unwrap(),
+        0,
+        "no second pass while the only one is taken"
+    );
+    assert_eq!(attempts_while_held, 0);
+    assert_eq!(
+        with_two_passes.unwrap(),
+        1,
+        "a second pass, with two allowed, claims the waiting outbox"
+    );
+    assert_eq!(second.ids(), [waiting]);
+    assert_eq!(sink.sink.ids(), [held]);
+    assert_eq!(pending_bus_outbox(&first_instance).await.unwrap(), 0);
+    assert_eq!(tdb.rows("message").await, 0);
+}
+
 /// Rows a .NET service wrote (its column formats, an envelope from a real MassTransit
 /// producer) are delivered too.
 async fn delivers_dotnet_rows(shape: Shape) {
@@ -756,5 +812,6 @@ ferrybus_testing::on_every_shape!(
     writes_without_notify_are_found_by_polling,
     sweeper_delivers_stranded_rows,
     passes_resume_large_outboxes_and_remove_delivered_states,
-    a_commit_does_not_wait_for_a_busy_worker
+    a_commit_does_not_wait_for_a_busy_worker,
+    instances_share_the_passes_of_one_outbox
 );

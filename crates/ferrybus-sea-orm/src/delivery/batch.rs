@@ -113,6 +113,7 @@ impl OutboxDeliveryService {
             &self.backoff.excluded(),
             self.config.outboxes_per_claim,
             self.config.messages_per_outbox,
+            u32::try_from(self.config.workers).unwrap_or(u32::MAX),
         );
         let rows = txn.query_all_raw(statement).await?;
         // A claimed outbox with no message left comes as one row whose message is NULL.

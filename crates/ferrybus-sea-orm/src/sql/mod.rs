@@ -783,6 +783,10 @@ impl Sql {
     /// rows other workers hold, and reads their unsent messages in the same statement: at most
     /// `per_outbox + 1` each (one more tells whether the outbox is complete), in sequence order.
     ///
+    /// The claim runs only when the pass gets one of `passes` slots of this outbox table (see
+    /// [`Sql::delivery_slot`]): at most `passes` claims hold rows at once, whatever the number
+    /// of instances, and none walks past more locked rows than they hold.
+    ///
     /// One row per message ([`ClaimedOutbox`] plus the message's columns), or one whose message
     /// columns are NULL for a claimed outbox that has none left. The claim is a CTE (`… LIMIT n FOR UPDATE SKIP LOCKED`); each claimed
     /// outbox's messages come from a `LEFT JOIN LATERAL` on the (`OutboxId`, `SequenceNumber`)
@@ -792,6 +796,7 @@ impl Sql {
         excluded: &[Uuid],
         limit: u64,
         per_outbox: u64,
+        passes: u32,
     ) -> Statement {
         let n = &self.names;
         let (c, m, x) = (alias("c"), alias("m"), alias("x"));
@@ -817,6 +822,7 @@ impl Sql {
                     .eq(PgFunc::any(Expr::val(excluded.to_vec())))
                     .not(),
             )
+            .and_where(self.delivery_slot(passes))
             .order_by(n.c(state::Column::Created), Order::Asc)
             .limit(limit)
             .lock_with_behavior(LockType::Update, LockBehavior::SkipLocked)
@@ -860,6 +866,32 @@ impl Sql {
                 .to_owned(),
         );
         build(&query)
+    }
+
+    /// `EXISTS (SELECT 1 FROM generate_series(0, passes - 1) AS slot WHERE
+    /// pg_try_advisory_xact_lock(hashtext('<schema>.<OutboxState>'), slot))`: takes the first free
+    /// one of `passes` transaction-scoped advisory locks of this outbox table, or is false when
+    /// every one is held. Uncorrelated, so PostgreSQL evaluates it once, before the claim scans.
+    fn delivery_slot(&self, passes: u32) -> SimpleExpr {
+        let slot = alias("fb_slot");
+        let last = i32::try_from(passes.saturating_sub(1)).unwrap_or(i32::MAX);
+        let key = self.names.outbox_key().to_owned();
+        let free_slot = Query::select()
+            .expr(Expr::val(1))
+            .from_function(
+                Func::cust(alias("generate_series")).args([Expr::val(0), Expr::val(last)]),
+                slot.clone(),
+            )
+            .and_where(
+                Func::cust(alias("pg_try_advisory_xact_lock"))
+                    .args([
+                        SimpleExpr::from(Func::cust(alias("hashtext")).arg(Expr::val(key))),
+                        Expr::col(slot),
+                    ])
+                    .into(),
+            )
+            .to_owned();
+        Expr::exists(free_slot)
     }
 
     /// Deletes the messages of completed outboxes and the sent messages of partly sent ones.
@@ -1060,7 +1092,7 @@ mod tests {
                     .unwrap(),
                 sql.insert_inbox_messages(key, &[message()], None).unwrap(),
                 sql.bus_insert(now, Some("chan"), &message()).unwrap(),
-                sql.claim_outboxes(&[id], 64, 100),
+                sql.claim_outboxes(&[id], 64, 100, 4),
                 sql.delete_outbox_messages(&[id], &[1, 2]),
                 sql.delete_outbox_states(&[id]),
                 sql.outbox_progress(id, 4),

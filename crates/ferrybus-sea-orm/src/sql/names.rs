@@ -110,6 +110,8 @@ pub(crate) struct Names {
     message: DynIden,
     style: NamingStyle,
     timestamps: TimestampType,
+    /// `<schema>.<OutboxState>`, unquoted: names this outbox in advisory-lock keys.
+    outbox_key: String,
 }
 
 impl Names {
@@ -122,7 +124,14 @@ impl Names {
             message: iden(tables.outbox_message()),
             style: tables.naming_style(),
             timestamps: tables.timestamp_type(),
+            outbox_key: format!("{}.{}", tables.schema_name(), tables.outbox_state()),
         }
+    }
+
+    /// `<schema>.<OutboxState>`, unquoted: what the delivery passes of every instance on this
+    /// outbox hash into their advisory-lock key.
+    pub(crate) fn outbox_key(&self) -> &str {
+        &self.outbox_key
     }
 
     fn table_iden(&self, table: OutboxTable) -> DynIden {
