@@ -238,10 +238,10 @@ impl PostgresStorage {
         self
     }
 
-    /// How many delivery passes may run at once on this outbox table, across every instance
-    /// (4): each instance runs this many workers, each pass first takes one of this many
+    /// How many delivery workers this instance runs, and how many passes may run at once on
+    /// this outbox table across every instance (4). Each pass first takes one of this many
     /// advisory locks of the table (`pg_try_advisory_xact_lock(hashtext('<schema>.<OutboxState>'),
-    /// 0..workers)`), and a worker that finds none free waits for the next notification. A
+    /// 0..workers)`); a worker that finds none free waits for the next notification or poll. A
     /// second instance adds standby workers, not concurrent claims: each concurrent claim walks
     /// past the rows the others hold (`FOR UPDATE SKIP LOCKED`), so more of them deliver less.
     /// Each pass uses one connection while sending.

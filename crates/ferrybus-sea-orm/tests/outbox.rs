@@ -307,7 +307,7 @@ impl MessageSink for FailAfter {
 }
 
 /// Holds the send of one message until released; records the others at once.
-#[derive(Clone)]
+#[derive(Clone, Default)]
 struct HoldOne {
     sink: RecordingSink,
     held: Arc<std::sync::Mutex<Option<Uuid>>>,
@@ -332,12 +332,7 @@ impl MessageSink for HoldOne {
 /// wakes an idle worker (the poll interval is an hour, so nothing else would).
 async fn a_commit_does_not_wait_for_a_busy_worker(shape: Shape) {
     let tdb = TestDb::new(shape).await;
-    let sink = HoldOne {
-        sink: RecordingSink::default(),
-        held: Arc::default(),
-        release: Arc::default(),
-        holding: Arc::default(),
-    };
+    let sink = HoldOne::default();
     let storage = storage(&tdb, Duration::from_secs(3600)).await;
     let background = storage.start(Arc::new(sink.clone()));
     wait_listening(&tdb).await;
@@ -386,12 +381,7 @@ async fn a_commit_does_not_wait_for_a_busy_worker(shape: Shape) {
 /// another outbox waits; with two workers it takes the second pass and that outbox at once.
 async fn instances_share_the_passes_of_one_outbox(shape: Shape) {
     let tdb = TestDb::new(shape).await;
-    let sink = HoldOne {
-        sink: RecordingSink::default(),
-        held: Arc::default(),
-        release: Arc::default(),
-        holding: Arc::default(),
-    };
+    let sink = HoldOne::default();
     let first_instance = storage(&tdb, Duration::from_secs(3600))
         .await
         .delivery_workers(1)

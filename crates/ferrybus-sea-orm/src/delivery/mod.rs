@@ -75,9 +75,9 @@ impl DeliveryConfig {
     /// How many workers claim outboxes concurrently (each uses one connection while sending),
     /// and how many passes may run at once on the outbox table across every instance (each
     /// pass takes one of `workers` advisory locks of the table in its claim; see
-    /// `Sql::claim_outboxes`). A `NOTIFY` wakes one idle worker (so a commit does not wait for a busy worker's pass to
-    /// end), and a worker that claims a full batch wakes one more: a burst brings in every
-    /// worker, a trickle one at a time.
+    /// `Sql::claim_outboxes`). A `NOTIFY` wakes one idle worker (so a commit does not wait for
+    /// a busy worker's pass to end), and a worker that claims a full batch wakes one more: a
+    /// burst brings in every worker, a trickle one at a time.
     pub(crate) fn workers(mut self, workers: usize) -> Self {
         self.workers = workers.max(1);
         self
