@@ -418,7 +418,7 @@ impl Storage for PostgresStorage {
         // Acknowledge after commit only where the sweeper runs to cover a crash.
         let handoff = if self.delivery.is_some() && !self.deliver_before_ack {
             self.handoff.start(
-                self.db.clone(),
+                self.connections.clone(),
                 self.config(),
                 sink.clone(),
                 self.inbox.is_pipelined(),

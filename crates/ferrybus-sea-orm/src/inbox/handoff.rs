@@ -19,15 +19,17 @@ use std::sync::{Arc, Mutex};
 use chrono::Utc;
 use ferrybus_core::{Background, SharedSink};
 use futures::future::join_all;
-use sea_orm::{ConnectionTrait, DatabaseConnection, FromQueryResult};
+use sea_orm::{ConnectionTrait, FromQueryResult};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::StorageConfig;
+use crate::connections::Connections;
 use crate::consumer_outbox::InboxKey;
 use crate::error::StoreError;
+use crate::inbox::InboxTransaction;
 use crate::send::send_in_order;
-use crate::sql::{Begin, LockedInbox, StoredRow};
+use crate::sql::{LockedInbox, StoredRow};
 use crate::telemetry::{timed, INBOX_STAGE_SECONDS as STAGE};
 
 /// How many entries one pass takes at most.
@@ -73,7 +75,7 @@ impl Handoff {
     /// handed over already, then ends.
     pub(crate) fn start(
         self: &Arc<Self>,
-        db: DatabaseConnection,
+        connections: Arc<Connections>,
         storage: StorageConfig,
         sink: SharedSink,
         pipelined: bool,
@@ -83,12 +85,11 @@ impl Handoff {
         *self.queue.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
         let cancel = CancellationToken::new();
         let sender = Sender {
-            db,
+            connections,
             storage,
             sink,
             pipelined,
             async_commit,
-            begin: Begin::new(),
         };
         let handoff = self.clone();
         let token = cancel.clone();
@@ -112,12 +113,13 @@ fn drain(rx: &mut mpsc::Receiver<Committed>, batch: &mut Vec<Committed>) {
 }
 
 struct Sender {
-    db: DatabaseConnection,
+    /// The inbox's kept connections: a pass runs its transaction as a delivery does
+    /// ([`InboxTransaction`]), without a trip through the pool.
+    connections: Arc<Connections>,
     storage: StorageConfig,
     sink: SharedSink,
     pipelined: bool,
     async_commit: bool,
-    begin: Begin,
 }
 
 impl Sender {
@@ -162,9 +164,19 @@ impl Sender {
     /// One transaction: lock the entries still undelivered (skipping those someone else
     /// holds), send, record, commit.
     async fn pass(&self, batch: Vec<Committed>) -> Result<(), StoreError> {
+        let txn = InboxTransaction::begin(&self.connections).await?;
+        let result = self.send_and_record(&txn, batch).await;
+        txn.finish(result).await
+    }
+
+    /// The body of a [`Sender::pass`], in its transaction `txn`.
+    async fn send_and_record(
+        &self,
+        txn: &InboxTransaction,
+        batch: Vec<Committed>,
+    ) -> Result<(), StoreError> {
         let sql = self.storage.sql();
         let keys: Vec<InboxKey> = batch.iter().map(|c| c.key).collect();
-        let txn = self.begin.read_committed(&self.db).await?;
         let locked = txn
             .query_all_raw(sql.inbox_lock_many(&keys, self.async_commit))
             .await?;
@@ -216,10 +228,9 @@ impl Sender {
             }
         }
         if !complete.is_empty() {
-            txn.execute_raw(sql.inbox_finish_many(&complete, now))
+            txn.execute_raw(sql.inbox_finish_many(&complete, now, uuid::Uuid::new_v4()))
                 .await?;
         }
-        txn.commit().await?;
         Ok(())
     }
 }

@@ -120,9 +120,10 @@ async fn default_is_read_committed(db: &DatabaseConnection) -> Result<bool, Stor
     Ok(level.is_some_and(|l| l.eq_ignore_ascii_case("read committed")))
 }
 
-/// The statements for one set of tables, built with sea-query. The two a delivery runs every
-/// time (the inbox insert and the consumer-outbox insert of a few messages) are rendered once
-/// and then only bound to new values ([`Templates`]).
+/// The statements for one set of tables, built with sea-query. Those that run for every
+/// delivery or every pass of the after-commit sender (the inbox insert, the consumer-outbox
+/// insert of a few messages, the bus-outbox insert, the sender's lock and finish) are rendered
+/// once and then only bound to new values ([`Templates`]).
 #[derive(Debug)]
 pub(crate) struct Sql {
     pub(crate) names: Names,
@@ -143,12 +144,20 @@ struct Templates {
     inbox_messages: [[OnceLock<String>; 2]; TEMPLATED_MESSAGES],
     /// With (`[1]`) or without the `NOTIFY` (its channel is a bound value).
     bus_insert: [OnceLock<String>; 2],
+    /// With (`[1]`) or without turning `synchronous_commit` off.
+    inbox_lock_many: [OnceLock<String>; 2],
+    inbox_finish_many: OnceLock<String>,
 }
 
 /// Starts a READ COMMITTED transaction whatever the server's, database's, role's or session's
 /// default is (a waiter on a row lock then sees the committed row instead of failing with a
 /// serialization error); it costs what a plain `BEGIN` costs.
 pub(crate) const BEGIN_READ_COMMITTED: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
+
+/// The message ids and the consumer ids of `keys`, as the arrays the many-row statements bind.
+fn key_arrays<'a>(keys: impl Iterator<Item = &'a InboxKey>) -> (Vec<Uuid>, Vec<Uuid>) {
+    keys.map(|k| (k.message_id, k.consumer_id)).unzip()
+}
 
 /// Keeps the text of `rendered` (a first build with sea-query) in `template`.
 fn remember(template: &OnceLock<String>, rendered: Statement) -> Statement {
@@ -412,8 +421,7 @@ impl Sql {
     /// `SELECT unnest($1) AS mid, unnest($2) AS cid` over the inbox keys (the arrays unnest in
     /// lockstep), for `(MessageId, ConsumerId) IN (…)`.
     fn keys_subquery(keys: &[InboxKey]) -> SelectStatement {
-        let (mids, cids): (Vec<Uuid>, Vec<Uuid>) =
-            keys.iter().map(|k| (k.message_id, k.consumer_id)).unzip();
+        let (mids, cids) = key_arrays(keys.iter());
         Query::select()
             .expr(Func::cust(alias("unnest")).arg(Expr::val(mids)))
             .expr(Func::cust(alias("unnest")).arg(Expr::val(cids)))
@@ -424,7 +432,24 @@ impl Sql {
     /// transaction holds (the sweeper, a redelivered copy), and returns their keys and progress
     /// ([`LockedInbox`]); `async_commit` also turns off `synchronous_commit` for the rest of
     /// the transaction, in the same statement.
+    ///
+    /// The text depends only on `async_commit` (the keys are bound as arrays), so it is
+    /// rendered once ([`Templates`]).
     pub(crate) fn inbox_lock_many(&self, keys: &[InboxKey], async_commit: bool) -> Statement {
+        let template = &self.templates.inbox_lock_many[usize::from(async_commit)];
+        let Some(sql) = template.get() else {
+            return remember(template, self.render_inbox_lock_many(keys, async_commit));
+        };
+        let (mids, cids) = key_arrays(keys.iter());
+        let mut values: Vec<Value> = Vec::with_capacity(6);
+        if async_commit {
+            values.extend(["synchronous_commit".into(), "off".into(), true.into()]);
+        }
+        values.extend([mids.clone().into(), mids.into(), cids.into()]);
+        Statement::from_sql_and_values(DbBackend::Postgres, sql.as_str(), values)
+    }
+
+    fn render_inbox_lock_many(&self, keys: &[InboxKey], async_commit: bool) -> Statement {
         let n = &self.names;
         let mut query = Query::select();
         query
@@ -465,11 +490,43 @@ impl Sql {
 
     /// Records completed consumer-outbox entries in one statement: their messages deleted
     /// (a CTE), `Delivered` set, `LastSequenceNumber` the last sent (where something was
-    /// sent), a new `LockId`.
+    /// sent), `LockId` set to `lock_id`.
+    ///
+    /// The text is the same for any number of entries (they are bound as arrays), so it is
+    /// rendered once ([`Templates`]).
     pub(crate) fn inbox_finish_many(
         &self,
         done: &[(InboxKey, Option<i64>)],
         now: DateTime<Utc>,
+        lock_id: Uuid,
+    ) -> Statement {
+        let template = &self.templates.inbox_finish_many;
+        let Some(sql) = template.get() else {
+            return remember(template, self.render_inbox_finish_many(done, now, lock_id));
+        };
+        let (mids, cids) = key_arrays(done.iter().map(|(k, _)| k));
+        let lasts: Vec<i64> = done.iter().map(|(_, last)| last.unwrap_or(0)).collect();
+        // In the order sea-query binds them: the delete's keys, the update's values, the
+        // entries' arrays.
+        let values: Vec<Value> = vec![
+            mids.clone().into(),
+            mids.clone().into(),
+            cids.clone().into(),
+            self.names.ts_value(Some(now)),
+            0i32.into(),
+            lock_id.into(),
+            mids.into(),
+            cids.into(),
+            lasts.into(),
+        ];
+        Statement::from_sql_and_values(DbBackend::Postgres, sql.as_str(), values)
+    }
+
+    fn render_inbox_finish_many(
+        &self,
+        done: &[(InboxKey, Option<i64>)],
+        now: DateTime<Utc>,
+        lock_id: Uuid,
     ) -> Statement {
         let n = &self.names;
         let keys: Vec<InboxKey> = done.iter().map(|(k, _)| *k).collect();
@@ -488,11 +545,8 @@ impl Sql {
                 .in_subquery(Self::keys_subquery(&keys)),
             )
             .to_owned();
-        let (mids, rest): (Vec<Uuid>, Vec<(Uuid, i64)>) = done
-            .iter()
-            .map(|(k, last)| (k.message_id, (k.consumer_id, last.unwrap_or(0))))
-            .unzip();
-        let (cids, lasts): (Vec<Uuid>, Vec<i64>) = rest.into_iter().unzip();
+        let (mids, cids) = key_arrays(keys.iter());
+        let lasts: Vec<i64> = done.iter().map(|(_, last)| last.unwrap_or(0)).collect();
         let k = alias("fb_k");
         let entries = Query::select()
             .expr_as(
@@ -518,7 +572,7 @@ impl Sql {
                 lsn.clone(),
                 Expr::case(last.clone().gt(0), last).finally(Expr::col(lsn)),
             )
-            .value(n.c(inbox::Column::LockId), Uuid::new_v4())
+            .value(n.c(inbox::Column::LockId), lock_id)
             .and_where(Expr::col(n.c(inbox::Column::MessageId)).equals((k.clone(), alias("mid"))))
             .and_where(Expr::col(n.c(inbox::Column::ConsumerId)).equals((k, alias("cid"))))
             .with_cte(
@@ -1086,7 +1140,7 @@ mod tests {
                 sql.inbox_finish(key, now, Some(3), id, true),
                 sql.inbox_finish(key, now, Some(3), id, false),
                 sql.inbox_lock_many(&[key, key], true),
-                sql.inbox_finish_many(&[(key, Some(3)), (key, None)], now),
+                sql.inbox_finish_many(&[(key, Some(3)), (key, None)], now, id),
                 sql.inbox_messages(key, 0),
                 sql.insert_inbox_messages(key, &[message(), message()], Some(now))
                     .unwrap(),
@@ -1196,8 +1250,33 @@ mod template_tests {
                     "notify {notify:?}"
                 );
             }
+            for (count, async_commit) in [(1, false), (3, true), (5, false), (2, true)] {
+                let keys: Vec<_> = (0..count).map(|_| key()).collect();
+                assert_eq!(
+                    sql.inbox_lock_many(&keys, async_commit),
+                    sql.render_inbox_lock_many(&keys, async_commit),
+                    "{count} keys, async_commit {async_commit}"
+                );
+            }
+            for count in [1, 4, 2] {
+                let done: Vec<_> = (0..count)
+                    .map(|i| (key(), (i % 2 == 0).then_some(i64::from(i) + 1)))
+                    .collect();
+                let (now, lock_id) = (Utc::now(), Uuid::new_v4());
+                assert_eq!(
+                    sql.inbox_finish_many(&done, now, lock_id),
+                    sql.render_inbox_finish_many(&done, now, lock_id),
+                    "{count} entries"
+                );
+            }
             assert!(sql.templates.inbox_insert.get().is_some());
             assert!(sql.templates.inbox_messages[0][1].get().is_some());
+            assert!(sql
+                .templates
+                .inbox_lock_many
+                .iter()
+                .all(|t| t.get().is_some()));
+            assert!(sql.templates.inbox_finish_many.get().is_some());
             assert!(sql.templates.bus_insert.iter().all(|t| t.get().is_some()));
         }
     }
