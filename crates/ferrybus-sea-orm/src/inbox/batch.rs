@@ -105,7 +105,7 @@ fn key_of(shared: &Shared, request: &ConsumeRequest) -> Result<InboxKey, Consume
     };
     Ok(InboxKey {
         message_id,
-        consumer_id: shared.config.resolve_consumer_id(request.consumer()),
+        consumer_id: shared.consumer_id(request.consumer()),
     })
 }
 

@@ -1,6 +1,7 @@
 //! [`InboxConfig`]: the tables and how consumer ids are derived.
 
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 use ferrybus_core::{consumer_id, ConsumerInfo};
 use uuid::Uuid;
@@ -21,8 +22,8 @@ enum ConsumerIdSource {
 /// The inbox key is (original message id, consumer id). By default the consumer id is derived
 /// as MassTransit derives it, from the Rust names: MD5 of
 /// `"<consumer name>:<message .NET type>:<queue>"`. To dedupe against a .NET instance of the same
-/// consumer, give the .NET consumer type name (or a fixed id):
-///
+/// consumer, give the .NET consumer type name (or a fixed id): `PostgresStorage::dotnet_consumer`,
+/// `PostgresStorage::consumer_id`.
 #[derive(Clone, Debug)]
 pub(crate) struct InboxConfig {
     storage: StorageConfig,
@@ -128,7 +129,6 @@ impl InboxConfig {
     }
 
     /// The consumer id the inbox uses for `consumer`.
-    ///
     pub(crate) fn resolve_consumer_id(&self, consumer: &ConsumerInfo) -> Uuid {
         match self.consumer_ids.get(consumer.name()) {
             None => consumer.consumer_id(),
@@ -142,6 +142,67 @@ impl InboxConfig {
                     .unwrap_or_else(|| consumer.message_type().dotnet_name());
                 consumer_id(consumer_type, &message, consumer.queue())
             }
+        }
+    }
+}
+
+/// The consumer id of the consumer an inbox layer serves, derived on its first delivery and
+/// kept: a .NET-named consumer's id is an MD5 of its names, which every delivery would otherwise
+/// compute again. A layer asked for another consumer (another name, message type or queue,
+/// told apart by [`ConsumerInfo::consumer_id`]) derives that one's id each time.
+#[derive(Debug, Default)]
+pub(crate) struct KnownConsumerId {
+    /// (the consumer's own id, the id the inbox uses for it)
+    first: OnceLock<(Uuid, Uuid)>,
+}
+
+impl KnownConsumerId {
+    /// The inbox consumer id of `consumer` under `config` ([`InboxConfig::resolve_consumer_id`]).
+    pub(crate) fn get(&self, config: &InboxConfig, consumer: &ConsumerInfo) -> Uuid {
+        let (own, resolved) = *self
+            .first
+            .get_or_init(|| (consumer.consumer_id(), config.resolve_consumer_id(consumer)));
+        if own == consumer.consumer_id() {
+            resolved
+        } else {
+            config.resolve_consumer_id(consumer)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrybus_core::MessageType;
+
+    fn consumer(message: &str, queue: &str) -> ConsumerInfo {
+        ConsumerInfo::new(
+            "InvoiceConsumer",
+            MessageType::parse(message).unwrap(),
+            queue,
+        )
+    }
+
+    #[test]
+    fn a_kept_id_is_the_derived_one_and_only_for_its_consumer() {
+        let config = InboxConfig::new(StorageConfig::default())
+            .dotnet_consumer("InvoiceConsumer", "Billing.Consumers.InvoiceConsumer");
+        let known = KnownConsumerId::default();
+        let first = consumer("Billing.Contracts:OrderPlaced", "billing");
+        let expected = consumer_id(
+            "Billing.Consumers.InvoiceConsumer",
+            "Billing.Contracts.OrderPlaced",
+            "billing",
+        );
+        assert_eq!(known.get(&config, &first), expected);
+        assert_eq!(known.get(&config, &first), expected, "kept");
+        for other in [
+            consumer("Billing.Contracts:OrderPlaced", "billing-eu"),
+            consumer("Billing.Contracts:OrderCancelled", "billing"),
+        ] {
+            let id = known.get(&config, &other);
+            assert_eq!(id, config.resolve_consumer_id(&other));
+            assert_ne!(id, expected);
         }
     }
 }

@@ -50,7 +50,7 @@ where
     };
     let key = InboxKey {
         message_id,
-        consumer_id: shared.config.resolve_consumer_id(request.consumer()),
+        consumer_id: shared.consumer_id(request.consumer()),
     };
     let span = tracing::info_span!(
         target: "ferrybus::inbox",

@@ -5,12 +5,15 @@ use std::sync::Arc;
 
 use tower::Layer;
 
+use ferrybus_core::ConsumerInfo;
+use uuid::Uuid;
+
 use crate::connections::Connections;
+use crate::inbox::config::KnownConsumerId;
 use crate::inbox::{Handoff, Inbox, InboxConfig};
 
 /// The inbox + consumer outbox as a tower layer. Add it with `EndpointConfig::layer`; put it
 /// inside retry (retry is always outermost), so each attempt gets a new transaction.
-///
 #[derive(Clone, Debug)]
 pub(crate) struct InboxLayer {
     shared: Arc<Shared>,
@@ -27,6 +30,8 @@ pub(crate) struct Shared {
     /// Whether the last delivery published: the next inbox row is inserted "not delivered"
     /// when it did (`flow::RunRow`), so a publishing consumer's row is written once.
     pub(crate) publishes: AtomicBool,
+    /// The consumer id the inbox uses for the consumer of this layer, once derived.
+    known_consumer_id: KnownConsumerId,
 }
 
 impl InboxLayer {
@@ -53,7 +58,13 @@ impl Shared {
             config,
             handoff,
             publishes: AtomicBool::new(false),
+            known_consumer_id: KnownConsumerId::default(),
         }
+    }
+
+    /// The inbox consumer id of `consumer` (see [`InboxConfig::resolve_consumer_id`]).
+    pub(crate) fn consumer_id(&self, consumer: &ConsumerInfo) -> Uuid {
+        self.known_consumer_id.get(&self.config, consumer)
     }
 }
 
