@@ -1,4 +1,5 @@
-//! [`Connections`]: the connections inbox deliveries run on, kept between deliveries.
+//! [`Connections`]: the connections inbox deliveries (and the after-commit sender's passes) run
+//! on, kept between transactions.
 //!
 //! sqlx checks every connection that goes back to its pool with a round trip (a `Sync` and its
 //! `ReadyForQuery`, in a task spawned for it), so a delivery that borrowed a connection for its
@@ -41,8 +42,8 @@ struct Kept {
     taken: Instant,
 }
 
-/// The connections inbox deliveries run on (see the [module docs](self)). One per storage,
-/// shared by its endpoints.
+/// The connections inbox deliveries and the after-commit sender run on (see the
+/// [module docs](self)). One per storage, shared by its endpoints and its sender.
 #[derive(Debug)]
 pub(crate) struct Connections {
     /// The pool under the storage's `DatabaseConnection`; `None` when it is not a PostgreSQL
