@@ -9,6 +9,7 @@ use uuid::Uuid;
 use crate::error::StoreError;
 use crate::send::{send_in_order, SendOutcome};
 use crate::sql::{read_message, RowState, Seq, Sql, StoredRow, BINDS_PER_MESSAGE};
+use crate::telemetry::SendSource;
 
 /// PostgreSQL accepts at most 65 535 bind parameters per statement (the messages' values, and
 /// the inbox key and a timestamp in the CTE).
@@ -83,7 +84,7 @@ pub(crate) async fn deliver(
     key: InboxKey,
     rows: Vec<StoredRow>,
     pipelined: bool,
-    source: &'static str,
+    source: SendSource,
 ) -> Result<usize, StoreError> {
     let last = rows.last().map(|r| r.seq);
     let SendOutcome {

@@ -5,7 +5,7 @@ use futures::stream::{FuturesOrdered, StreamExt};
 use futures::FutureExt;
 
 use crate::sql::StoredRow;
-use crate::telemetry::{OUTBOX_SEND_FAILURES_TOTAL, OUTBOX_SENT_TOTAL};
+use crate::telemetry::SendSource;
 
 /// What sending a run of rows achieved.
 #[derive(Debug, Default)]
@@ -31,7 +31,7 @@ pub(crate) async fn send_in_order(
     sink: &SharedSink,
     rows: Vec<StoredRow>,
     pipelined: bool,
-    source: &'static str,
+    source: SendSource,
 ) -> SendOutcome {
     let mut outcome = SendOutcome::default();
     if pipelined {
@@ -72,7 +72,7 @@ pub(crate) async fn send_in_order(
 async fn send_row(
     sink: &SharedSink,
     row: StoredRow,
-    source: &'static str,
+    source: SendSource,
 ) -> Result<(), PublishError> {
     if let Some(reason) = row.unreadable {
         return Err(PublishError::new(PublishErrorKind::Serialize, reason));
@@ -86,7 +86,7 @@ async fn send_row(
             ferrybus_core::instrument::record_outbox_delivery(
                 &destination,
                 error.as_deref(),
-                source == "sweeper",
+                source == SendSource::Sweeper,
             );
             result
         }
@@ -107,19 +107,19 @@ fn record(
     seq: i64,
     has_message: bool,
     result: Result<(), PublishError>,
-    source: &'static str,
+    source: SendSource,
 ) -> bool {
     match result {
         Ok(()) => {
             outcome.processed_upto = Some(seq);
             if has_message {
                 outcome.sent += 1;
-                metrics::counter!(OUTBOX_SENT_TOTAL, "source" => source).increment(1);
+                source.count_sent();
             }
             true
         }
         Err(error) => {
-            metrics::counter!(OUTBOX_SEND_FAILURES_TOTAL, "source" => source).increment(1);
+            source.count_failure();
             outcome.error = Some(error);
             false
         }

@@ -10,6 +10,7 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, FromQueryResult};
 use crate::consumer_outbox::{self, InboxKey};
 use crate::error::StoreError;
 use crate::sql::{Begin, Sql, StrandedInbox};
+use crate::telemetry::SendSource;
 
 /// Claims up to `batch` inbox rows consumed more than `age` ago and not delivered (skipping rows
 /// a delivery holds), sends their remaining messages, marks them delivered and deletes the
@@ -34,7 +35,8 @@ pub(crate) async fn sweep(
         };
         let after = stranded.last_sequence_number;
         let rows = consumer_outbox::load(&txn, sql, key, after).await?;
-        match consumer_outbox::deliver(&txn, sql, sink, key, rows, false, "sweeper").await {
+        match consumer_outbox::deliver(&txn, sql, sink, key, rows, false, SendSource::Sweeper).await
+        {
             Ok(sent) => {
                 completed += 1;
                 tracing::info!(

@@ -9,7 +9,7 @@ use crate::entity::outbox_message::Column as MessageColumn;
 use crate::error::StoreError;
 use crate::send::send_in_order;
 use crate::sql::{read_message, ClaimedOutbox, StoredRow};
-use crate::telemetry::{timed, OUTBOX_STAGE_SECONDS as STAGE};
+use crate::telemetry::{outbox_stage, timed, SendSource};
 
 /// One claimed outbox and its unsent messages of this pass.
 struct Claimed {
@@ -68,7 +68,7 @@ impl Results {
 impl OutboxDeliveryService {
     pub(crate) async fn deliver_batch(&self) -> Result<BatchOutcome, StoreError> {
         let txn = self.begin.read_committed(&self.db).await?;
-        let mut claimed = timed(STAGE, "claim", self.claim(&txn)).await?;
+        let mut claimed = timed(&outbox_stage::CLAIM, self.claim(&txn)).await?;
         // The excluded list was read before the claim: an outbox another worker backed off in
         // between was claimed anyway. Leave it alone (it stays locked until this commit).
         claimed.retain(|c| !self.backoff.is_backed_off(c.outbox.outbox_id));
@@ -92,7 +92,7 @@ impl OutboxDeliveryService {
                 (outbox.outbox_id, result)
             }
         });
-        let sent = timed(STAGE, "send", join_all(sends)).await;
+        let sent = timed(&outbox_stage::SEND, join_all(sends)).await;
         let mut results = Results::default();
         for (id, result) in sent {
             if matches!(result, OutboxResult::Failed { .. }) {
@@ -100,8 +100,8 @@ impl OutboxDeliveryService {
             }
             results.add(id, result, &mut outcome);
         }
-        timed(STAGE, "finish", self.finish(&txn, &results)).await?;
-        timed(STAGE, "commit", txn.commit()).await?;
+        timed(&outbox_stage::FINISH, self.finish(&txn, &results)).await?;
+        timed(&outbox_stage::COMMIT, txn.commit()).await?;
         Ok(outcome)
     }
 
@@ -146,7 +146,7 @@ impl OutboxDeliveryService {
         let complete = rows.len() <= limit;
         rows.truncate(limit);
         let seqs: Vec<i64> = rows.iter().map(|r| r.seq).collect();
-        let outcome = send_in_order(&self.sink, rows, self.config.pipelined, "bus").await;
+        let outcome = send_in_order(&self.sink, rows, self.config.pipelined, SendSource::Bus).await;
         match (outcome.error, complete) {
             (None, true) => {
                 self.backoff.succeeded(id);

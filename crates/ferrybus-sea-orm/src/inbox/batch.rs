@@ -35,7 +35,7 @@ use crate::inbox::sink::CaptureSink;
 use crate::inbox::InboxTransaction;
 use crate::inbox::{Handoff, InboxConfig};
 use crate::sql::{Sql, StoredRow};
-use crate::telemetry::{timed, INBOX_STAGE_SECONDS as STAGE};
+use crate::telemetry::{inbox_stage, timed};
 
 /// The batch inbox as a tower layer over a batch pipeline (see the [module docs](self)).
 #[derive(Clone, Debug)]
@@ -120,7 +120,7 @@ async fn handle(
         .map(|item| key_of(&shared, item))
         .collect::<Result<Vec<_>, _>>()?;
     let sql = shared.config.storage().sql();
-    let (txn, claims) = timed(STAGE, "claim", claim_all(&shared, sql, &keys))
+    let (txn, claims) = timed(&inbox_stage::CLAIM, claim_all(&shared, sql, &keys))
         .await
         .map_err(StoreError::into_consume_error)?;
     let runs: Vec<bool> = claims
@@ -168,15 +168,18 @@ async fn handle(
     for item in request.requests_mut() {
         item.extensions_mut().insert(txn.clone());
     }
-    let result = timed(STAGE, "consume", inner.oneshot(request)).await;
+    let result = timed(&inbox_stage::CONSUME, inner.oneshot(request)).await;
     let messages = capture.take();
     if let Err(error) = result {
         txn.rollback().await;
         return Err(error);
     }
-    let seqs = timed(STAGE, "commit", commit(txn, sql, &kept, last, &messages))
-        .await
-        .map_err(StoreError::into_consume_error)?;
+    let seqs = timed(
+        &inbox_stage::COMMIT,
+        commit(txn, sql, &kept, last, &messages),
+    )
+    .await
+    .map_err(StoreError::into_consume_error)?;
     if messages.is_empty() {
         return Ok(outcomes);
     }
@@ -194,8 +197,7 @@ async fn handle(
         Err(entry) => entry.rows,
     };
     timed(
-        STAGE,
-        "deliver",
+        &inbox_stage::DELIVER,
         deliver_after_commit(&shared, &transport, last, rows),
     )
     .await

@@ -18,7 +18,7 @@ use crate::inbox::sink::CaptureSink;
 use crate::inbox::InboxTransaction;
 use crate::sql::{RowState, Sql, StoredRow};
 use crate::telemetry::{
-    timed, INBOX_DUPLICATES_TOTAL, INBOX_RECOVERED_TOTAL, INBOX_STAGE_SECONDS as STAGE,
+    inbox_stage, timed, SendSource, INBOX_DUPLICATES_TOTAL, INBOX_RECOVERED_TOTAL,
 };
 
 /// What the inbox row says to do with this delivery.
@@ -75,7 +75,7 @@ where
     let sql = shared.config.storage().sql();
     // Guess from the last delivery whether this one publishes (see `RunRow`).
     let pending = shared.publishes.load(Ordering::Relaxed);
-    let (txn, claim) = timed(STAGE, "claim", begin_claim(&shared, sql, key, pending))
+    let (txn, claim) = timed(&inbox_stage::CLAIM, begin_claim(&shared, sql, key, pending))
         .await
         .map_err(StoreError::into_consume_error)?;
     match claim {
@@ -248,7 +248,7 @@ where
     let capture = CaptureSink::new();
     request.set_sink(Arc::new(capture.clone()));
     request.extensions_mut().insert(txn.clone());
-    let result = timed(STAGE, "consume", async move {
+    let result = timed(&inbox_stage::CONSUME, async move {
         inner.ready().await?.call(request).await
     })
     .await;
@@ -260,7 +260,7 @@ where
             return Err(error);
         }
     };
-    let seqs = timed(STAGE, "commit", commit(txn, sql, key, row, &messages))
+    let seqs = timed(&inbox_stage::COMMIT, commit(txn, sql, key, row, &messages))
         .await
         .map_err(StoreError::into_consume_error)?;
     shared
@@ -285,8 +285,7 @@ where
         Err(entry) => entry.rows,
     };
     timed(
-        STAGE,
-        "deliver",
+        &inbox_stage::DELIVER,
         deliver_after_commit(shared, &transport, key, rows),
     )
     .await
@@ -352,7 +351,8 @@ pub(super) async fn deliver_after_commit(
     let after = state.last_sequence_number.unwrap_or(0);
     let rows = rows.into_iter().filter(|r| r.seq > after).collect();
     let pipelined = shared.config.is_pipelined();
-    let result = consumer_outbox::deliver(&txn, sql, sink, key, rows, pipelined, "consumer").await;
+    let result =
+        consumer_outbox::deliver(&txn, sql, sink, key, rows, pipelined, SendSource::Consumer).await;
     finish(txn, result).await
 }
 
@@ -391,6 +391,7 @@ async fn recover(
     );
     metrics::counter!(INBOX_RECOVERED_TOTAL).increment(1);
     ferrybus_core::instrument::record_inbox_decision("recover");
-    let result = consumer_outbox::deliver(&txn, sql, sink, key, rows, false, "consumer").await;
+    let result =
+        consumer_outbox::deliver(&txn, sql, sink, key, rows, false, SendSource::Consumer).await;
     finish(txn, result).await
 }

@@ -30,7 +30,7 @@ use crate::error::StoreError;
 use crate::inbox::InboxTransaction;
 use crate::send::send_in_order;
 use crate::sql::{LockedInbox, StoredRow};
-use crate::telemetry::{timed, INBOX_STAGE_SECONDS as STAGE};
+use crate::telemetry::{inbox_stage, timed, SendSource};
 
 /// How many entries one pass takes at most.
 const MAX_ENTRIES_PER_PASS: usize = 256;
@@ -149,7 +149,7 @@ impl Sender {
                 drain(&mut rx, &mut batch);
             }
             let count = batch.len();
-            if let Err(error) = timed(STAGE, "handoff", self.pass(batch)).await {
+            if let Err(error) = timed(&inbox_stage::HANDOFF, self.pass(batch)).await {
                 // The rows stay committed; the sweeper delivers them.
                 tracing::warn!(
                     target: "ferrybus::inbox",
@@ -196,7 +196,8 @@ impl Sender {
             let rows: Vec<StoredRow> = entry.rows.into_iter().filter(|r| r.seq > after).collect();
             let last = rows.last().map(|r| r.seq);
             Some(async move {
-                let outcome = send_in_order(&self.sink, rows, self.pipelined, "consumer").await;
+                let outcome =
+                    send_in_order(&self.sink, rows, self.pipelined, SendSource::Consumer).await;
                 (entry.key, last, outcome)
             })
         });
