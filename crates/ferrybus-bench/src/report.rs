@@ -7,6 +7,21 @@ use std::process::Command;
 use serde::Serialize;
 use serde_json::{json, Value};
 
+/// Every round's figure in run order, e.g. `1915 / 1351 / 1489` (`-` for a round that produced
+/// none): the table reports each side's best round, and on a shared host the rounds of one side can
+/// differ by a fifth, so the notes show them all.
+pub(crate) fn rounds_label(rates: impl IntoIterator<Item = Option<f64>>) -> String {
+    let rounds: Vec<String> = rates
+        .into_iter()
+        .map(|rate| rate.map_or_else(|| "-".to_owned(), |r| format!("{r:.0}")))
+        .collect();
+    if rounds.is_empty() {
+        "-".to_owned()
+    } else {
+        rounds.join(" / ")
+    }
+}
+
 /// A measured figure, or why there is none.
 #[derive(Clone, Debug)]
 pub(crate) enum Measure {
@@ -363,5 +378,19 @@ impl Report {
         }
         let text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
         std::fs::write(path, text + "\n")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rounds_label;
+
+    #[test]
+    fn rounds_are_listed_in_run_order_with_gaps_marked() {
+        assert_eq!(
+            rounds_label([Some(1915.4), None, Some(1489.6)]),
+            "1915 / - / 1490"
+        );
+        assert_eq!(rounds_label([]), "-");
     }
 }

@@ -22,7 +22,7 @@ use uuid::Uuid;
 use crate::broker;
 use crate::cpu::{self, CpuSample, CpuSpent};
 use crate::messages;
-use crate::report::{Measure, Row, Target};
+use crate::report::{self, Measure, Row, Target};
 use crate::scenarios::Bench;
 use crate::BoxError;
 
@@ -362,9 +362,12 @@ pub(crate) async fn rows(b: &Bench) -> Result<Vec<Row>, BoxError> {
     }
     let c = b.args.concurrency;
     let cpu = format!(
-        "; CPU per order, whole machine (bench process): ferrybus {}, twin {}",
+        "; CPU per order, whole machine (bench process): ferrybus {}, twin {}; every round \
+         (orders/s): ferrybus {}, twin {}",
         mean_cpu(&ferry),
-        mean_cpu(&twin)
+        mean_cpu(&twin),
+        rounds(&ferry),
+        rounds(&twin)
     );
     Ok(vec![Row::new(
         "6 billing",
@@ -378,6 +381,16 @@ pub(crate) async fn rows(b: &Bench) -> Result<Vec<Row>, BoxError> {
     .note(format!(
         "{n} orders, payment delay 0, concurrency {c} per endpoint; aim 1.5x{cpu}"
     ))])
+}
+
+/// Every round's rate, in run order.
+fn rounds(runs: &[Result<BillingRun, BoxError>]) -> String {
+    report::rounds_label(runs.iter().map(|r| {
+        r.as_ref()
+            .ok()
+            .filter(|run| run.completed > 0)
+            .map(|run| run.rate)
+    }))
 }
 
 /// The mean CPU per order of the completed `runs`.

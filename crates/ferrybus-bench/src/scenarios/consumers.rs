@@ -15,7 +15,7 @@ use crate::cpu;
 use crate::db;
 use crate::ferry::{self, FerryError};
 use crate::messages::OrderAccepted;
-use crate::report::{Measure, Row, Target};
+use crate::report::{self, Measure, Row, Target};
 use crate::{Args, BoxError};
 
 /// A consumer comparison.
@@ -216,6 +216,16 @@ fn measure(b: &Bench, what: &str, results: Vec<Result<RunResult, FerryError>>) -
     }
 }
 
+/// Every round's rate, in run order.
+fn rounds(runs: &[Result<RunResult, FerryError>]) -> String {
+    report::rounds_label(runs.iter().map(|r| {
+        r.as_ref()
+            .ok()
+            .filter(|run| run.processed > 0)
+            .map(RunResult::rate)
+    }))
+}
+
 /// The mean CPU per message over the timed spans of the completed `runs`.
 fn mean_cpu(runs: &[Result<RunResult, FerryError>]) -> String {
     let per: Vec<_> = runs
@@ -252,10 +262,14 @@ pub(super) async fn consumer_rows(b: &Bench, kind: Kind) -> Result<Vec<Row>, Box
     }
     let label = kind.label();
     let cpu = format!(
-        "; CPU per message, whole machine (bench process): ferrybus {}, baseline {}",
+        "; CPU per message, whole machine (bench process): ferrybus {}, baseline {}; \
+         every round (msg/s): ferrybus {}, baseline {}",
         mean_cpu(&ferry),
-        mean_cpu(&base)
+        mean_cpu(&base),
+        rounds(&ferry),
+        rounds(&base)
     );
+    let rounds2 = rounds(&ferry2);
     let ferry = measure(b, &format!("{label} ferrybus"), ferry);
     let base = measure(b, &format!("{label} baseline"), base);
     let c = b.args.concurrency;
@@ -308,7 +322,7 @@ pub(super) async fn consumer_rows(b: &Bench, kind: Kind) -> Result<Vec<Row>, Box
             )
             .note(format!(
                 "two services on one queue, each concurrency {c} with its own pool, sender and \
-                 delivery service"
+                 delivery service; every round (msg/s): {rounds2}"
             )),
             Row::new(
                 "3 consumer outbox",
