@@ -269,7 +269,11 @@ pub(super) async fn consumer_rows(b: &Bench, kind: Kind) -> Result<Vec<Row>, Box
         rounds(&ferry),
         rounds(&base)
     );
-    let rounds2 = rounds(&ferry2);
+    let two = format!(
+        "CPU per message, whole machine (bench process) {}; every round (msg/s): {}",
+        mean_cpu(&ferry2),
+        rounds(&ferry2)
+    );
     let ferry = measure(b, &format!("{label} ferrybus"), ferry);
     let base = measure(b, &format!("{label} baseline"), base);
     let c = b.args.concurrency;
@@ -322,7 +326,7 @@ pub(super) async fn consumer_rows(b: &Bench, kind: Kind) -> Result<Vec<Row>, Box
             )
             .note(format!(
                 "two services on one queue, each concurrency {c} with its own pool, sender and \
-                 delivery service; every round (msg/s): {rounds2}"
+                 delivery service; {two}"
             )),
             Row::new(
                 "3 consumer outbox",
