@@ -25,11 +25,13 @@
 //!
 //! The table is printed and written as JSON (`--output`, by default
 //! `<target dir>/bench-results/latest.json`). The process exits non-zero when a scenario lost
-//! messages; timings are never asserted.
+//! messages; timings are never asserted. Ctrl-C or SIGTERM stops the run and removes the
+//! queues, exchanges and schemas it created (exit code 128 + the signal's number).
 
 mod baseline;
 mod billing;
 mod broker;
+mod cleanup;
 mod cpu;
 mod db;
 mod ferry;
@@ -237,21 +239,54 @@ enum ProbeKind {
 
 fn main() -> ExitCode {
     let args = Args::parse().effective();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match runtime() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");
             return ExitCode::FAILURE;
         }
     };
-    let code = match args.memory_probe {
-        Some(kind) => runtime.block_on(scenarios::memory_probe_child(args, kind)),
-        None => runtime.block_on(scenarios::run_all(args)),
-    };
-    // Connection I/O threads would keep a plain drop waiting.
+    if let Some(kind) = args.memory_probe {
+        let code = runtime.block_on(scenarios::memory_probe_child(args, kind));
+        runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+        return code;
+    }
+    let created = cleanup::Created::default();
+    let outcome = runtime.block_on(async {
+        tokio::select! {
+            code = scenarios::run_all(args.clone(), created.clone()) => Ok(code),
+            signal = cleanup::interrupted() => Err(signal),
+        }
+    });
+    // Stops every task of the run (consumers, relays, memory probes) and, with them, their
+    // connections; connection I/O threads would keep a plain drop waiting.
     runtime.shutdown_timeout(std::time::Duration::from_millis(500));
-    code
+    match outcome {
+        Ok(code) => code,
+        Err(signal) => remove_after_interrupt(&args, &created, signal),
+    }
+}
+
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+}
+
+/// Removes what an interrupted run created, on a runtime of its own (the run's is shut down);
+/// exits with 128 + `signal`.
+fn remove_after_interrupt(args: &Args, created: &cleanup::Created, signal: u8) -> ExitCode {
+    eprintln!("interrupted (signal {signal}): removing this run's queues, exchanges and schemas");
+    match runtime() {
+        Ok(rt) => {
+            let removed = rt.block_on(created.remove(&args.amqp_url, &args.database_url));
+            eprintln!(
+                "removed {} queues, {} exchanges, {} schemas",
+                removed.queues, removed.exchanges, removed.schemas
+            );
+            rt.shutdown_timeout(std::time::Duration::from_millis(500));
+        }
+        Err(e) => eprintln!("error: cannot start a runtime to clean up: {e}"),
+    }
+    ExitCode::from(128 + signal)
 }

@@ -147,6 +147,7 @@ pub(crate) struct RelayResult {
 /// Declares `RelayPing`'s exchange as MassTransit does and a fresh queue bound to it.
 pub(crate) async fn ping_queue(b: &Bench, what: &str) -> Result<String, BoxError> {
     let exchange = RelayPing::message_type().entity_name().to_owned();
+    b.remember_exchange(&exchange);
     let queue = b.fresh_queue(what).await?;
     let ch = b.conn.create_channel().await?;
     ch.exchange_declare(
@@ -168,7 +169,6 @@ pub(crate) async fn ping_queue(b: &Bench, what: &str) -> Result<String, BoxError
     )
     .await?;
     let _ = ch.close(200, "done".into()).await;
-    b.forget_exchange_later(&exchange);
     Ok(queue)
 }
 

@@ -14,6 +14,7 @@ use serde_json::{json, Map, Value};
 use sqlx::PgPool;
 
 use crate::broker;
+use crate::cleanup::Created;
 use crate::db;
 use crate::messages::{self, OrderSubmitted};
 use crate::micro;
@@ -39,9 +40,8 @@ pub(crate) struct Bench {
     pub(crate) admin: PgPool,
     /// Builds envelopes.
     pub(crate) factory: Arc<MessageFactory>,
-    queues: Mutex<Vec<String>>,
-    exchanges: Mutex<Vec<String>>,
-    schemas: Mutex<Vec<String>>,
+    /// What this run created, removed when it ends (by `main` when it is interrupted).
+    pub(crate) created: Created,
     failures: Mutex<Vec<String>>,
     details: Mutex<Map<String, Value>>,
 }
@@ -59,39 +59,34 @@ impl Bench {
     /// Declares a new queue and remembers to delete it (and its endpoint exchange).
     pub(crate) async fn fresh_queue(&self, what: &str) -> Result<String, BoxError> {
         let name = self.name(what);
+        // ferrybus declares an endpoint exchange named like the queue, and `_error` / `_skipped`
+        // pairs when something fails.
+        for suffix in ["", "_error", "_skipped"] {
+            self.created.queue(&format!("{name}{suffix}"));
+            self.created.exchange(&format!("{name}{suffix}"));
+        }
         let ch = self.conn.create_channel().await?;
         broker::declare_queue(&ch, &name).await?;
         let _ = ch.close(200, "done".into()).await;
-        lock(&self.queues).push(name.clone());
-        // ferrybus declares an endpoint exchange named like the queue, and `_error` / `_skipped`
-        // pairs when something fails.
-        lock(&self.exchanges).push(name.clone());
-        for suffix in ["_error", "_skipped"] {
-            lock(&self.queues).push(format!("{name}{suffix}"));
-            lock(&self.exchanges).push(format!("{name}{suffix}"));
-        }
         Ok(name)
     }
 
     /// Creates a new schema with the tables and remembers to drop it.
     pub(crate) async fn fresh_schema(&self, what: &str) -> Result<String, BoxError> {
         let name = format!("ferrybus_bench_{}_{}", self.run_id, what.replace('-', "_"));
+        self.created.schema(&name);
         db::create_schema(&self.admin, &name).await?;
-        lock(&self.schemas).push(name.clone());
         Ok(name)
     }
 
     /// Remembers to drop schema `name`.
     pub(crate) fn remember_schema(&self, name: &str) {
-        lock(&self.schemas).push(name.to_owned());
+        self.created.schema(name);
     }
 
     /// Remembers to delete exchange `name`.
-    pub(crate) fn forget_exchange_later(&self, name: &str) {
-        let mut exchanges = lock(&self.exchanges);
-        if !exchanges.iter().any(|e| e == name) {
-            exchanges.push(name.to_owned());
-        }
+    pub(crate) fn remember_exchange(&self, name: &str) {
+        self.created.exchange(name);
     }
 
     /// Publishes `n` new orders to `queue` with confirms.
@@ -118,36 +113,14 @@ impl Bench {
     pub(crate) fn limit(&self, n: usize) -> Duration {
         Duration::from_secs(30 + (n / 200) as u64)
     }
-
-    async fn cleanup(&self) {
-        let queues = lock(&self.queues).clone();
-        let exchanges = lock(&self.exchanges).clone();
-        // A fresh connection: the set-up one may have been closed by a failed scenario.
-        match broker::connect(&self.args.amqp_url, "ferrybus-bench cleanup").await {
-            Ok(conn) => {
-                broker::delete(&conn, &queues, &exchanges).await;
-                let _ = conn.close(200, "done".into()).await;
-            }
-            Err(e) => {
-                eprintln!("warning: cleanup connection failed ({e}); using the set-up one");
-                broker::delete(&self.conn, &queues, &exchanges).await;
-            }
-        }
-        let schemas = lock(&self.schemas).clone();
-        for schema in schemas {
-            if let Err(e) = db::drop_schema(&self.admin, &schema).await {
-                eprintln!("warning: could not drop schema {schema}: {e}");
-            }
-        }
-    }
 }
 
 /// Runs every selected scenario, prints the table, writes the JSON; non-zero exit when messages
 /// went missing.
-pub(crate) async fn run_all(args: Args) -> ExitCode {
+pub(crate) async fn run_all(args: Args, created: Created) -> ExitCode {
     let started = chrono::Utc::now();
     let clock = Instant::now();
-    let bench = match connect(args.clone()).await {
+    let bench = match connect(args.clone(), created).await {
         Ok(b) => b,
         Err(e) => {
             eprintln!("error: cannot set up: {e}");
@@ -162,7 +135,7 @@ pub(crate) async fn run_all(args: Args) -> ExitCode {
         args.prefetch_count()
     );
     // ferrybus endpoints declare the consumed type's exchange.
-    bench.forget_exchange_later(OrderSubmitted::message_type().entity_name());
+    bench.remember_exchange(OrderSubmitted::message_type().entity_name());
     let mut rows = Vec::new();
     for scenario in &args.scenarios {
         let t = Instant::now();
@@ -185,7 +158,10 @@ pub(crate) async fn run_all(args: Args) -> ExitCode {
         }
         eprintln!("   ({:.1} s)", t.elapsed().as_secs_f64());
     }
-    bench.cleanup().await;
+    bench
+        .created
+        .remove(&args.amqp_url, &args.database_url)
+        .await;
     let mut machine = machine_info();
     machine["postgres"] = server_version(&bench.admin).await.into();
     let inbox_rate = rows
@@ -260,7 +236,7 @@ async fn server_version(admin: &PgPool) -> Option<String> {
         .ok()
 }
 
-async fn connect(args: Args) -> Result<Bench, BoxError> {
+async fn connect(args: Args, created: Created) -> Result<Bench, BoxError> {
     let conn = broker::connect(&args.amqp_url, "ferrybus-bench setup").await?;
     let admin = db::pool(&args.database_url, None, 2).await?;
     let run_id = uuid::Uuid::new_v4().simple().to_string()[..8].to_owned();
@@ -270,9 +246,7 @@ async fn connect(args: Args) -> Result<Bench, BoxError> {
         conn,
         admin,
         factory: Arc::new(MessageFactory::new(messages::host())),
-        queues: Mutex::default(),
-        exchanges: Mutex::default(),
-        schemas: Mutex::default(),
+        created,
         failures: Mutex::default(),
         details: Mutex::default(),
     })

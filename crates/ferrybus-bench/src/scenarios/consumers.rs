@@ -152,6 +152,7 @@ async fn consumer_run(
 /// it that collects what the outbox consumers publish.
 async fn sink_queue(b: &Bench, what: &str) -> Result<String, BoxError> {
     let exchange = OrderAccepted::message_type().entity_name().to_owned();
+    b.remember_exchange(&exchange);
     let ch = b.conn.create_channel().await?;
     ch.exchange_declare(
         exchange.as_str().into(),
@@ -173,7 +174,6 @@ async fn sink_queue(b: &Bench, what: &str) -> Result<String, BoxError> {
     )
     .await?;
     let _ = ch.close(200, "done".into()).await;
-    b.forget_exchange_later(&exchange);
     Ok(queue)
 }
 
