@@ -148,43 +148,8 @@ pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<DateTim
 /// ```
 pub mod option {
     use chrono::{DateTime, Utc};
-    use serde::{Deserializer, Serializer};
 
-    use crate::dotnet::Form;
-
-    enum DateTimeForm {}
-
-    impl Form for DateTimeForm {
-        type Value = DateTime<Utc>;
-
-        fn serialize<S: Serializer>(
-            value: &DateTime<Utc>,
-            serializer: S,
-        ) -> Result<S::Ok, S::Error> {
-            super::serialize(value, serializer)
-        }
-
-        fn deserialize<'de, D: Deserializer<'de>>(
-            deserializer: D,
-        ) -> Result<DateTime<Utc>, D::Error> {
-            super::deserialize(deserializer)
-        }
-    }
-
-    /// Writes `None` as `null` and `Some` as [`super::serialize`] does.
-    pub fn serialize<S: Serializer>(
-        value: &Option<DateTime<Utc>>,
-        serializer: S,
-    ) -> Result<S::Ok, S::Error> {
-        crate::dotnet::serialize_option::<DateTimeForm, S>(value, serializer)
-    }
-
-    /// Reads `null` as `None` and a string as [`super::deserialize`] does.
-    pub fn deserialize<'de, D: Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<Option<DateTime<Utc>>, D::Error> {
-        crate::dotnet::deserialize_option::<DateTimeForm, D>(deserializer)
-    }
+    crate::dotnet::option_of_parent!(DateTime<Utc>);
 }
 
 #[cfg(test)]

@@ -149,43 +149,8 @@ pub fn deserialize<'de, D: Deserializer<'de>>(
 /// ```
 pub mod option {
     use chrono::{DateTime, FixedOffset};
-    use serde::{Deserializer, Serializer};
 
-    use crate::dotnet::Form;
-
-    enum DateTimeOffsetForm {}
-
-    impl Form for DateTimeOffsetForm {
-        type Value = DateTime<FixedOffset>;
-
-        fn serialize<S: Serializer>(
-            value: &DateTime<FixedOffset>,
-            serializer: S,
-        ) -> Result<S::Ok, S::Error> {
-            super::serialize(value, serializer)
-        }
-
-        fn deserialize<'de, D: Deserializer<'de>>(
-            deserializer: D,
-        ) -> Result<DateTime<FixedOffset>, D::Error> {
-            super::deserialize(deserializer)
-        }
-    }
-
-    /// Writes `None` as `null` and `Some` as [`super::serialize`] does.
-    pub fn serialize<S: Serializer>(
-        value: &Option<DateTime<FixedOffset>>,
-        serializer: S,
-    ) -> Result<S::Ok, S::Error> {
-        crate::dotnet::serialize_option::<DateTimeOffsetForm, S>(value, serializer)
-    }
-
-    /// Reads `null` as `None` and a string as [`super::deserialize`] does.
-    pub fn deserialize<'de, D: Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<Option<DateTime<FixedOffset>>, D::Error> {
-        crate::dotnet::deserialize_option::<DateTimeOffsetForm, D>(deserializer)
-    }
+    crate::dotnet::option_of_parent!(DateTime<FixedOffset>);
 }
 
 #[cfg(test)]

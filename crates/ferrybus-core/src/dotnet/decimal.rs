@@ -161,38 +161,8 @@ impl<'de> Visitor<'de> for DecimalVisitor {
 /// ```
 pub mod option {
     use rust_decimal::Decimal;
-    use serde::{Deserializer, Serializer};
 
-    use crate::dotnet::Form;
-
-    enum DecimalForm {}
-
-    impl Form for DecimalForm {
-        type Value = Decimal;
-
-        fn serialize<S: Serializer>(value: &Decimal, serializer: S) -> Result<S::Ok, S::Error> {
-            super::serialize(value, serializer)
-        }
-
-        fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Decimal, D::Error> {
-            super::deserialize(deserializer)
-        }
-    }
-
-    /// Writes `None` as `null` and `Some` as a decimal string.
-    pub fn serialize<S: Serializer>(
-        value: &Option<Decimal>,
-        serializer: S,
-    ) -> Result<S::Ok, S::Error> {
-        crate::dotnet::serialize_option::<DecimalForm, S>(value, serializer)
-    }
-
-    /// Reads `null` as `None`, a string or a number as `Some`.
-    pub fn deserialize<'de, D: Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<Option<Decimal>, D::Error> {
-        crate::dotnet::deserialize_option::<DecimalForm, D>(deserializer)
-    }
+    crate::dotnet::option_of_parent!(Decimal);
 }
 
 #[cfg(test)]

@@ -97,39 +97,9 @@ pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Uuid, D
 /// assert_eq!(serde_json::to_string(&order).unwrap(), r#"{"parentId":null}"#);
 /// ```
 pub mod option {
-    use serde::{Deserializer, Serializer};
     use uuid::Uuid;
 
-    use crate::dotnet::Form;
-
-    enum GuidForm {}
-
-    impl Form for GuidForm {
-        type Value = Uuid;
-
-        fn serialize<S: Serializer>(value: &Uuid, serializer: S) -> Result<S::Ok, S::Error> {
-            super::serialize(value, serializer)
-        }
-
-        fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Uuid, D::Error> {
-            super::deserialize(deserializer)
-        }
-    }
-
-    /// Writes `None` as `null` and `Some` as [`super::serialize`] does.
-    pub fn serialize<S: Serializer>(
-        value: &Option<Uuid>,
-        serializer: S,
-    ) -> Result<S::Ok, S::Error> {
-        crate::dotnet::serialize_option::<GuidForm, S>(value, serializer)
-    }
-
-    /// Reads `null` as `None` and a string as [`super::deserialize`] does.
-    pub fn deserialize<'de, D: Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<Option<Uuid>, D::Error> {
-        crate::dotnet::deserialize_option::<GuidForm, D>(deserializer)
-    }
+    crate::dotnet::option_of_parent!(Uuid);
 }
 
 #[cfg(test)]

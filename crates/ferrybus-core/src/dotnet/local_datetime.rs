@@ -118,43 +118,8 @@ pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<NaiveDa
 /// ```
 pub mod option {
     use chrono::NaiveDateTime;
-    use serde::{Deserializer, Serializer};
 
-    use crate::dotnet::Form;
-
-    enum LocalDateTimeForm {}
-
-    impl Form for LocalDateTimeForm {
-        type Value = NaiveDateTime;
-
-        fn serialize<S: Serializer>(
-            value: &NaiveDateTime,
-            serializer: S,
-        ) -> Result<S::Ok, S::Error> {
-            super::serialize(value, serializer)
-        }
-
-        fn deserialize<'de, D: Deserializer<'de>>(
-            deserializer: D,
-        ) -> Result<NaiveDateTime, D::Error> {
-            super::deserialize(deserializer)
-        }
-    }
-
-    /// Writes `None` as `null` and `Some` as [`super::serialize`] does.
-    pub fn serialize<S: Serializer>(
-        value: &Option<NaiveDateTime>,
-        serializer: S,
-    ) -> Result<S::Ok, S::Error> {
-        crate::dotnet::serialize_option::<LocalDateTimeForm, S>(value, serializer)
-    }
-
-    /// Reads `null` as `None` and a string as [`super::deserialize`] does.
-    pub fn deserialize<'de, D: Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<Option<NaiveDateTime>, D::Error> {
-        crate::dotnet::deserialize_option::<LocalDateTimeForm, D>(deserializer)
-    }
+    crate::dotnet::option_of_parent!(NaiveDateTime);
 }
 
 #[cfg(test)]

@@ -176,6 +176,47 @@ trait Form {
     fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Self::Value, D::Error>;
 }
 
+/// The body of a helper module's `option` submodule: `serialize` and `deserialize` of
+/// `Option<$value>` through the parent module's pair (`None` is `null`).
+macro_rules! option_of_parent {
+    ($value:ty) => {
+        enum ParentForm {}
+
+        impl $crate::dotnet::Form for ParentForm {
+            type Value = $value;
+
+            fn serialize<S: ::serde::Serializer>(
+                value: &$value,
+                serializer: S,
+            ) -> Result<S::Ok, S::Error> {
+                super::serialize(value, serializer)
+            }
+
+            fn deserialize<'de, D: ::serde::Deserializer<'de>>(
+                deserializer: D,
+            ) -> Result<$value, D::Error> {
+                super::deserialize(deserializer)
+            }
+        }
+
+        /// Writes `None` as `null` and `Some` as [`super::serialize`] does.
+        pub fn serialize<S: ::serde::Serializer>(
+            value: &Option<$value>,
+            serializer: S,
+        ) -> Result<S::Ok, S::Error> {
+            $crate::dotnet::serialize_option::<ParentForm, S>(value, serializer)
+        }
+
+        /// Reads `null` as `None` and anything else as [`super::deserialize`] does.
+        pub fn deserialize<'de, D: ::serde::Deserializer<'de>>(
+            deserializer: D,
+        ) -> Result<Option<$value>, D::Error> {
+            $crate::dotnet::deserialize_option::<ParentForm, D>(deserializer)
+        }
+    };
+}
+use option_of_parent;
+
 /// A borrowed value serialized with the form `F`.
 struct SerializeWith<'a, F: Form>(&'a F::Value);
 

@@ -221,38 +221,7 @@ pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duratio
 pub mod option {
     use std::time::Duration;
 
-    use serde::{Deserializer, Serializer};
-
-    use crate::dotnet::Form;
-
-    enum TimeSpanForm {}
-
-    impl Form for TimeSpanForm {
-        type Value = Duration;
-
-        fn serialize<S: Serializer>(value: &Duration, serializer: S) -> Result<S::Ok, S::Error> {
-            super::serialize(value, serializer)
-        }
-
-        fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
-            super::deserialize(deserializer)
-        }
-    }
-
-    /// Writes `None` as `null` and `Some` as [`super::serialize`] does.
-    pub fn serialize<S: Serializer>(
-        value: &Option<Duration>,
-        serializer: S,
-    ) -> Result<S::Ok, S::Error> {
-        crate::dotnet::serialize_option::<TimeSpanForm, S>(value, serializer)
-    }
-
-    /// Reads `null` as `None` and a string as [`super::deserialize`] does.
-    pub fn deserialize<'de, D: Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<Option<Duration>, D::Error> {
-        crate::dotnet::deserialize_option::<TimeSpanForm, D>(deserializer)
-    }
+    crate::dotnet::option_of_parent!(Duration);
 }
 
 /// .NET `TimeSpan` as [`chrono::TimeDelta`], which, like `TimeSpan`, may be negative
@@ -377,43 +346,8 @@ pub mod signed {
     /// ```
     pub mod option {
         use chrono::TimeDelta;
-        use serde::{Deserializer, Serializer};
 
-        use crate::dotnet::Form;
-
-        enum SignedTimeSpanForm {}
-
-        impl Form for SignedTimeSpanForm {
-            type Value = TimeDelta;
-
-            fn serialize<S: Serializer>(
-                value: &TimeDelta,
-                serializer: S,
-            ) -> Result<S::Ok, S::Error> {
-                super::serialize(value, serializer)
-            }
-
-            fn deserialize<'de, D: Deserializer<'de>>(
-                deserializer: D,
-            ) -> Result<TimeDelta, D::Error> {
-                super::deserialize(deserializer)
-            }
-        }
-
-        /// Writes `None` as `null` and `Some` as [`super::serialize`] does.
-        pub fn serialize<S: Serializer>(
-            value: &Option<TimeDelta>,
-            serializer: S,
-        ) -> Result<S::Ok, S::Error> {
-            crate::dotnet::serialize_option::<SignedTimeSpanForm, S>(value, serializer)
-        }
-
-        /// Reads `null` as `None` and a string as [`super::deserialize`] does.
-        pub fn deserialize<'de, D: Deserializer<'de>>(
-            deserializer: D,
-        ) -> Result<Option<TimeDelta>, D::Error> {
-            crate::dotnet::deserialize_option::<SignedTimeSpanForm, D>(deserializer)
-        }
+        crate::dotnet::option_of_parent!(TimeDelta);
     }
 }
 
