@@ -5,21 +5,10 @@
 use std::process::Stdio;
 use std::time::Duration;
 
-use lapin::options::{ExchangeDeclareOptions, QueueDeclareOptions};
-use lapin::types::FieldTable;
-use lapin::{Connection, ConnectionProperties, ExchangeKind};
+use ferrybus_testing::{amqp_url, database_url, Probe};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{ChildStderr, Command};
 use tokio::time::timeout;
-
-fn amqp_url() -> String {
-    std::env::var("AMQP_URL").unwrap_or_else(|_| "amqp://guest:guest@127.0.0.1:5672/%2f".into())
-}
-
-fn database_url() -> String {
-    std::env::var("DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
-}
 
 #[tokio::test]
 async fn sigterm_removes_the_runs_queues_exchanges_and_schemas() {
@@ -60,13 +49,11 @@ async fn sigterm_removes_the_runs_queues_exchanges_and_schemas() {
     let queue = format!("ferrybus-bench-{run_id}-inbox-ferrybus-0");
     let baseline_queue = format!("ferrybus-bench-{run_id}-inbox-baseline-0");
     let like = format!("ferrybus\\_bench\\_{run_id}\\_%");
-    let broker = Connection::connect(&amqp_url(), ConnectionProperties::default())
-        .await
-        .expect("broker");
+    let broker = Probe::connect(&amqp_url()).await;
     let db = sqlx::PgPool::connect(&database_url()).await.expect("db");
-    assert!(queue_exists(&broker, &queue).await, "{queue} before");
-    assert!(queue_exists(&broker, &baseline_queue).await);
-    assert!(exchange_exists(&broker, &queue).await, "endpoint exchange");
+    assert!(broker.queue_count(&queue).await.is_some(), "{queue} before");
+    assert!(broker.queue_count(&baseline_queue).await.is_some());
+    assert!(broker.exchange_exists(&queue).await, "endpoint exchange");
     assert_eq!(schemas_like(&db, &like).await, 2, "both sides' schemas");
 
     let pid = child.id().expect("running").to_string();
@@ -93,12 +80,11 @@ async fn sigterm_removes_the_runs_queues_exchanges_and_schemas() {
         "stderr: {lines:#?}"
     );
 
-    assert!(!queue_exists(&broker, &queue).await, "{queue} after");
-    assert!(!queue_exists(&broker, &baseline_queue).await);
-    assert!(!exchange_exists(&broker, &queue).await);
+    assert_eq!(broker.queue_count(&queue).await, None, "{queue} after");
+    assert_eq!(broker.queue_count(&baseline_queue).await, None);
+    assert!(!broker.exchange_exists(&queue).await);
     assert_eq!(schemas_like(&db, &like).await, 0);
     assert!(!output.exists(), "an interrupted run writes no report");
-    let _ = broker.close(200, "done".into()).await;
 }
 
 /// Reads stderr lines until one contains `needle` (two minutes at most); returns it.
@@ -112,39 +98,6 @@ async fn read_until(lines: &mut tokio::io::Lines<BufReader<ChildStderr>>, needle
         panic!("the bench ended before printing {needle:?}");
     });
     found.await.expect("the bench got there within two minutes")
-}
-
-async fn queue_exists(conn: &Connection, queue: &str) -> bool {
-    let ch = conn.create_channel().await.expect("channel");
-    let passive = QueueDeclareOptions {
-        passive: true,
-        ..QueueDeclareOptions::default()
-    };
-    let exists = ch
-        .queue_declare(queue.into(), passive, FieldTable::default())
-        .await
-        .is_ok();
-    let _ = ch.close(200, "done".into()).await;
-    exists
-}
-
-async fn exchange_exists(conn: &Connection, exchange: &str) -> bool {
-    let ch = conn.create_channel().await.expect("channel");
-    let passive = ExchangeDeclareOptions {
-        passive: true,
-        ..ExchangeDeclareOptions::default()
-    };
-    let exists = ch
-        .exchange_declare(
-            exchange.into(),
-            ExchangeKind::Fanout,
-            passive,
-            FieldTable::default(),
-        )
-        .await
-        .is_ok();
-    let _ = ch.close(200, "done".into()).await;
-    exists
 }
 
 async fn schemas_like(db: &sqlx::PgPool, like: &str) -> i64 {
