@@ -17,7 +17,6 @@ pub mod address;
 pub mod bus;
 pub mod consume;
 pub mod consumer;
-pub mod dotnet;
 pub mod endpoint;
 pub mod envelope;
 pub mod error;
@@ -42,7 +41,7 @@ pub use consume::{
     ReceivedMessage, RetryLayer, RetryPolicy,
 };
 pub use consumer::{consumer_fn, ConsumeContext, Consumer, ConsumerFn};
-pub use dotnet::DotNetValueError;
+pub use ferrybus_dotnet as dotnet;
 pub use endpoint::{
     BoxEndpointLayer, BoxEndpointService, Delivery, Endpoint, EndpointConfig, EndpointContext,
     Faulted, QueueOptions, QueueType, Redelivery, Settlement, SettlementKind,

@@ -56,48 +56,11 @@ pub(crate) fn check_full(lit: &LitStr, key: &str) -> syn::Result<()> {
     })
 }
 
-/// Mirrors `ferrybus_core::TypeName::parse`, so that the run-time parse cannot fail.
-fn check_type_name(input: &str) -> Result<(), &'static str> {
-    const URN_PREFIX: &str = "urn:message:";
-    let body = match input.get(..URN_PREFIX.len()) {
-        Some(head) if head.eq_ignore_ascii_case(URN_PREFIX) => &input[URN_PREFIX.len()..],
-        _ => input,
-    };
-    let rest = check_type(body)?;
-    if !rest.is_empty() {
-        return Err("unexpected text after the type name");
-    }
-    Ok(())
-}
-
-/// Checks one type at the start of `input` and returns the unparsed rest.
-fn check_type(input: &str) -> Result<&str, &'static str> {
-    let end = input.find(['[', ']', ',']).unwrap_or(input.len());
-    let (namespace, name) = input[..end]
-        .rsplit_once(':')
-        .ok_or("it has no `:` between namespace and type")?;
-    if namespace.is_empty() || name.is_empty() {
-        return Err("namespace and type name must not be empty");
-    }
-    let mut rest = &input[end..];
-    if let Some(after) = rest.strip_prefix("[[") {
-        rest = after;
-        loop {
-            rest = check_type(rest)?;
-            rest = rest
-                .strip_prefix(']')
-                .ok_or("expected `]` after a generic argument")?;
-            if let Some(after) = rest.strip_prefix(",[") {
-                rest = after;
-            } else {
-                rest = rest
-                    .strip_prefix(']')
-                    .ok_or("expected `]]` closing the arguments")?;
-                break;
-            }
-        }
-    }
-    Ok(rest)
+/// `ferrybus_dotnet::TypeName::parse`, the grammar the run-time parse uses, so that it cannot fail.
+fn check_type_name(input: &str) -> Result<(), String> {
+    ferrybus_dotnet::TypeName::parse(input)
+        .map(drop)
+        .map_err(|e| e.reason().to_owned())
 }
 
 #[cfg(test)]

@@ -20,17 +20,14 @@
 //!                       "urn:message:Bookstore.Contracts:IOrderEvent"]);
 //! ```
 
-mod bind;
 mod naming;
-mod type_name;
 
 use std::sync::Arc;
 
 use serde::{de::DeserializeOwned, Serialize};
 
-pub use bind::{bind, bind_value};
+pub use ferrybus_dotnet::{bind, bind_value, ParseTypeNameError, TypeName, URN_PREFIX};
 pub use naming::{consumer_id, kebab_case, short_type_name};
-pub use type_name::{ParseTypeNameError, TypeName, URN_PREFIX};
 
 /// A Rust type that travels as a MassTransit message.
 ///

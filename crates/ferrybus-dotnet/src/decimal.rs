@@ -7,7 +7,7 @@
 //!
 //! #[derive(Serialize, Deserialize)]
 //! struct Line {
-//!     #[serde(with = "ferrybus_core::dotnet::decimal")]
+//!     #[serde(with = "ferrybus_dotnet::decimal")]
 //!     price: Decimal,
 //! }
 //!
@@ -40,7 +40,7 @@ const ARBITRARY_PRECISION_KEY: &str = "$serde_json::private::Number";
 /// (`"1.5E-3"`); surrounding whitespace is ignored.
 ///
 /// ```
-/// use ferrybus_core::dotnet::decimal::parse_decimal;
+/// use ferrybus_dotnet::decimal::parse_decimal;
 /// use rust_decimal::Decimal;
 ///
 /// assert_eq!(parse_decimal("12.00").unwrap().to_string(), "12.00");
@@ -60,7 +60,7 @@ pub fn parse_decimal(text: &str) -> Result<Decimal, DotNetValueError> {
 /// use rust_decimal::Decimal;
 ///
 /// let mut out = Vec::new();
-/// ferrybus_core::dotnet::decimal::serialize(
+/// ferrybus_dotnet::decimal::serialize(
 ///     &Decimal::new(6699, 2),
 ///     &mut serde_json::Serializer::new(&mut out),
 /// )
@@ -77,11 +77,11 @@ pub fn serialize<S: Serializer>(value: &Decimal, serializer: S) -> Result<S::Ok,
 /// use rust_decimal::Decimal;
 ///
 /// let mut json = serde_json::Deserializer::from_str(r#""66.99""#);
-/// let value = ferrybus_core::dotnet::decimal::deserialize(&mut json).unwrap();
+/// let value = ferrybus_dotnet::decimal::deserialize(&mut json).unwrap();
 /// assert_eq!(value, Decimal::new(6699, 2));
 ///
 /// let mut json = serde_json::Deserializer::from_str("66.99");
-/// let value = ferrybus_core::dotnet::decimal::deserialize(&mut json).unwrap();
+/// let value = ferrybus_dotnet::decimal::deserialize(&mut json).unwrap();
 /// assert_eq!(value, Decimal::new(6699, 2));
 /// ```
 pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Decimal, D::Error> {
@@ -150,7 +150,7 @@ impl<'de> Visitor<'de> for DecimalVisitor {
 ///
 /// #[derive(Serialize, Deserialize)]
 /// struct Line {
-///     #[serde(default, with = "ferrybus_core::dotnet::decimal::option")]
+///     #[serde(default, with = "ferrybus_dotnet::decimal::option")]
 ///     discount: Option<Decimal>,
 /// }
 ///
@@ -162,7 +162,7 @@ impl<'de> Visitor<'de> for DecimalVisitor {
 pub mod option {
     use rust_decimal::Decimal;
 
-    crate::dotnet::option_of_parent!(Decimal);
+    crate::option_of_parent!(Decimal);
 }
 
 #[cfg(test)]

@@ -1,5 +1,10 @@
-//! serde helpers for payload values as .NET writes them: use each module with
-//! `#[serde(with = "...")]`.
+//! .NET on the wire, for ferrybus and its derive macro: MassTransit's type names and URNs
+//! ([`TypeName`], the one grammar both use), payload binding with .NET's case-insensitive
+//! property names ([`bind()`]), and serde helpers that write and read values as .NET does.
+//!
+//! # Values
+//!
+//! Use each helper module with `#[serde(with = "...")]`:
 //!
 //! ```
 //! use chrono::{DateTime, FixedOffset, Utc};
@@ -11,18 +16,18 @@
 //! #[derive(Debug, PartialEq, Serialize, Deserialize)]
 //! #[serde(rename_all = "camelCase")]
 //! struct OrderSubmitted {
-//!     #[serde(with = "ferrybus_core::dotnet::guid")]
+//!     #[serde(with = "ferrybus_dotnet::guid")]
 //!     order_id: Uuid,
-//!     #[serde(with = "ferrybus_core::dotnet::decimal")]
+//!     #[serde(with = "ferrybus_dotnet::decimal")]
 //!     total: Decimal,
 //!     // `default` makes a missing key read as `None`, as it does without `with`.
-//!     #[serde(default, with = "ferrybus_core::dotnet::decimal::option")]
+//!     #[serde(default, with = "ferrybus_dotnet::decimal::option")]
 //!     discount: Option<Decimal>,
-//!     #[serde(with = "ferrybus_core::dotnet::datetime")]
+//!     #[serde(with = "ferrybus_dotnet::datetime")]
 //!     submitted_at: DateTime<Utc>,
-//!     #[serde(with = "ferrybus_core::dotnet::datetime_offset")]
+//!     #[serde(with = "ferrybus_dotnet::datetime_offset")]
 //!     promised_by: DateTime<FixedOffset>,
-//!     #[serde(with = "ferrybus_core::dotnet::timespan")]
+//!     #[serde(with = "ferrybus_dotnet::timespan")]
 //!     hold_for: Duration,
 //! }
 //!
@@ -81,7 +86,7 @@
 //! Each module has an `option` submodule for the `Option<_>` of its type: `None` is written as
 //! `null`, and `null` reads as `None`. A field with `with` loses serde's rule that a missing
 //! `Option` is `None`, so add `default`:
-//! `#[serde(default, with = "ferrybus_core::dotnet::datetime::option")]`. Add
+//! `#[serde(default, with = "ferrybus_dotnet::datetime::option")]`. Add
 //! `skip_serializing_if = "Option::is_none"` to leave `None` out rather than write `null`.
 //!
 //! Date-time and TimeSpan text carries .NET's resolution, 100 ns ticks: finer digits are
@@ -148,8 +153,10 @@
 //! );
 //! ```
 
+mod bind;
 mod error;
 mod iso;
+mod type_name;
 
 pub mod datetime;
 pub mod datetime_offset;
@@ -158,7 +165,9 @@ pub mod guid;
 pub mod local_datetime;
 pub mod timespan;
 
+pub use bind::{bind, bind_value};
 pub use error::DotNetValueError;
+pub use type_name::{ParseTypeNameError, TypeName, URN_PREFIX};
 
 use std::fmt;
 
@@ -182,7 +191,7 @@ macro_rules! option_of_parent {
     ($value:ty) => {
         enum ParentForm {}
 
-        impl $crate::dotnet::Form for ParentForm {
+        impl $crate::Form for ParentForm {
             type Value = $value;
 
             fn serialize<S: ::serde::Serializer>(
@@ -204,14 +213,14 @@ macro_rules! option_of_parent {
             value: &Option<$value>,
             serializer: S,
         ) -> Result<S::Ok, S::Error> {
-            $crate::dotnet::serialize_option::<ParentForm, S>(value, serializer)
+            $crate::serialize_option::<ParentForm, S>(value, serializer)
         }
 
         /// Reads `null` as `None` and anything else as [`super::deserialize`] does.
         pub fn deserialize<'de, D: ::serde::Deserializer<'de>>(
             deserializer: D,
         ) -> Result<Option<$value>, D::Error> {
-            $crate::dotnet::deserialize_option::<ParentForm, D>(deserializer)
+            $crate::deserialize_option::<ParentForm, D>(deserializer)
         }
     };
 }

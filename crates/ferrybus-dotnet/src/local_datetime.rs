@@ -17,7 +17,7 @@
 //! #[derive(Serialize, Deserialize)]
 //! #[serde(rename_all = "camelCase")]
 //! struct Customer {
-//!     #[serde(with = "ferrybus_core::dotnet::local_datetime")]
+//!     #[serde(with = "ferrybus_dotnet::local_datetime")]
 //!     born_on: NaiveDateTime,
 //! }
 //!
@@ -42,7 +42,7 @@ use super::{iso, DotNetValueError};
 ///
 /// ```
 /// use chrono::NaiveDate;
-/// use ferrybus_core::dotnet::local_datetime::format_local_datetime;
+/// use ferrybus_dotnet::local_datetime::format_local_datetime;
 ///
 /// let time = NaiveDate::from_ymd_opt(2021, 12, 14)
 ///     .unwrap()
@@ -64,7 +64,7 @@ pub fn format_local_datetime(time: &NaiveDateTime) -> String {
 /// fractional digits are kept.
 ///
 /// ```
-/// use ferrybus_core::dotnet::local_datetime::parse_local_datetime;
+/// use ferrybus_dotnet::local_datetime::parse_local_datetime;
 ///
 /// let time = parse_local_datetime("2021-12-14T18:08:12.927").unwrap();
 /// assert_eq!(time.to_string(), "2021-12-14 18:08:12.927");
@@ -108,7 +108,7 @@ pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<NaiveDa
 /// #[derive(Serialize, Deserialize)]
 /// #[serde(rename_all = "camelCase")]
 /// struct Customer {
-///     #[serde(default, with = "ferrybus_core::dotnet::local_datetime::option")]
+///     #[serde(default, with = "ferrybus_dotnet::local_datetime::option")]
 ///     deceased_on: Option<NaiveDateTime>,
 /// }
 ///
@@ -119,7 +119,7 @@ pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<NaiveDa
 pub mod option {
     use chrono::NaiveDateTime;
 
-    crate::dotnet::option_of_parent!(NaiveDateTime);
+    crate::option_of_parent!(NaiveDateTime);
 }
 
 #[cfg(test)]

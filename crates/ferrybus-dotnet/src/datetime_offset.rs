@@ -13,7 +13,7 @@
 //! #[derive(Serialize, Deserialize)]
 //! #[serde(rename_all = "camelCase")]
 //! struct Booked {
-//!     #[serde(with = "ferrybus_core::dotnet::datetime_offset")]
+//!     #[serde(with = "ferrybus_dotnet::datetime_offset")]
 //!     starts_at: DateTime<FixedOffset>,
 //! }
 //!
@@ -43,7 +43,7 @@ const MAX_OFFSET_SECONDS: i32 = 14 * 3600;
 ///
 /// ```
 /// use chrono::DateTime;
-/// use ferrybus_core::dotnet::datetime_offset::format_datetime_offset;
+/// use ferrybus_dotnet::datetime_offset::format_datetime_offset;
 ///
 /// let time = DateTime::parse_from_rfc3339("2018-05-08T07:17:03.695291400+02:00").unwrap();
 /// assert_eq!(format_datetime_offset(&time), "2018-05-08T07:17:03.6952914+02:00");
@@ -65,7 +65,7 @@ pub fn format_datetime_offset(time: &DateTime<FixedOffset>) -> String {
 /// fractional digits are kept.
 ///
 /// ```
-/// use ferrybus_core::dotnet::datetime_offset::parse_datetime_offset;
+/// use ferrybus_dotnet::datetime_offset::parse_datetime_offset;
 ///
 /// let time = parse_datetime_offset("2018-05-08T07:17:03.6952914+02:00").unwrap();
 /// assert_eq!(time.to_rfc3339(), "2018-05-08T07:17:03.695291400+02:00");
@@ -135,7 +135,7 @@ pub fn deserialize<'de, D: Deserializer<'de>>(
 /// #[derive(Serialize, Deserialize)]
 /// #[serde(rename_all = "camelCase")]
 /// struct Booked {
-///     #[serde(default, with = "ferrybus_core::dotnet::datetime_offset::option")]
+///     #[serde(default, with = "ferrybus_dotnet::datetime_offset::option")]
 ///     cancelled_at: Option<DateTime<FixedOffset>>,
 /// }
 ///
@@ -150,7 +150,7 @@ pub fn deserialize<'de, D: Deserializer<'de>>(
 pub mod option {
     use chrono::{DateTime, FixedOffset};
 
-    crate::dotnet::option_of_parent!(DateTime<FixedOffset>);
+    crate::option_of_parent!(DateTime<FixedOffset>);
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@
 //! #[derive(Serialize, Deserialize)]
 //! #[serde(rename_all = "camelCase")]
 //! struct Shipped {
-//!     #[serde(with = "ferrybus_core::dotnet::datetime")]
+//!     #[serde(with = "ferrybus_dotnet::datetime")]
 //!     shipped_at: DateTime<Utc>,
 //! }
 //!
@@ -38,7 +38,7 @@ use super::{iso, DotNetValueError};
 ///
 /// ```
 /// use chrono::{DateTime, Utc};
-/// use ferrybus_core::dotnet::datetime::format_datetime;
+/// use ferrybus_dotnet::datetime::format_datetime;
 ///
 /// let time: DateTime<Utc> = "2025-05-24T18:39:56.330506900Z".parse().unwrap();
 /// assert_eq!(format_datetime(&time), "2025-05-24T18:39:56.3305069Z");
@@ -59,7 +59,7 @@ pub fn format_datetime(time: &DateTime<Utc>) -> String {
 ///
 /// ```
 /// use chrono::{DateTime, Utc};
-/// use ferrybus_core::dotnet::datetime::format_round_trip;
+/// use ferrybus_dotnet::datetime::format_round_trip;
 ///
 /// let time: DateTime<Utc> = "2025-05-24T18:39:56.330506999Z".parse().unwrap();
 /// assert_eq!(format_round_trip(&time), "2025-05-24T18:39:56.3305069Z");
@@ -80,7 +80,7 @@ pub fn format_round_trip(time: &DateTime<Utc>) -> String {
 /// fractional digits are kept.
 ///
 /// ```
-/// use ferrybus_core::dotnet::datetime::parse_datetime;
+/// use ferrybus_dotnet::datetime::parse_datetime;
 ///
 /// let utc = parse_datetime("2021-12-14T18:08:12.927").unwrap();
 /// assert_eq!(utc.to_rfc3339(), "2021-12-14T18:08:12.927+00:00");
@@ -133,7 +133,7 @@ pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<DateTim
 /// #[derive(Serialize, Deserialize)]
 /// #[serde(rename_all = "camelCase")]
 /// struct Shipped {
-///     #[serde(default, with = "ferrybus_core::dotnet::datetime::option")]
+///     #[serde(default, with = "ferrybus_dotnet::datetime::option")]
 ///     delivered_at: Option<DateTime<Utc>>,
 /// }
 ///
@@ -149,7 +149,7 @@ pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<DateTim
 pub mod option {
     use chrono::{DateTime, Utc};
 
-    crate::dotnet::option_of_parent!(DateTime<Utc>);
+    crate::option_of_parent!(DateTime<Utc>);
 }
 
 #[cfg(test)]

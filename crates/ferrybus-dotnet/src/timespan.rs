@@ -19,7 +19,7 @@
 //! #[derive(Serialize, Deserialize)]
 //! #[serde(rename_all = "camelCase")]
 //! struct Retry {
-//!     #[serde(with = "ferrybus_core::dotnet::timespan")]
+//!     #[serde(with = "ferrybus_dotnet::timespan")]
 //!     delay: Duration,
 //! }
 //!
@@ -145,7 +145,7 @@ fn ticks_of_fraction(text: &str) -> Option<u64> {
 /// refuses them instead.
 ///
 /// ```
-/// use ferrybus_core::dotnet::timespan::format_timespan;
+/// use ferrybus_dotnet::timespan::format_timespan;
 /// use std::time::Duration;
 ///
 /// assert_eq!(format_timespan(Duration::from_secs(30)), "00:00:30");
@@ -163,7 +163,7 @@ pub fn format_timespan(duration: Duration) -> String {
 /// value is [`DotNetValueError::NegativeTimeSpan`] (`"-00:00:00"` reads as zero).
 ///
 /// ```
-/// use ferrybus_core::dotnet::timespan::parse_timespan;
+/// use ferrybus_dotnet::timespan::parse_timespan;
 /// use std::time::Duration;
 ///
 /// assert_eq!(parse_timespan("00:00:30").unwrap(), Duration::from_secs(30));
@@ -209,7 +209,7 @@ pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duratio
 ///
 /// #[derive(Serialize, Deserialize)]
 /// struct Retry {
-///     #[serde(default, with = "ferrybus_core::dotnet::timespan::option")]
+///     #[serde(default, with = "ferrybus_dotnet::timespan::option")]
 ///     timeout: Option<Duration>,
 /// }
 ///
@@ -221,7 +221,7 @@ pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duratio
 pub mod option {
     use std::time::Duration;
 
-    crate::dotnet::option_of_parent!(Duration);
+    crate::option_of_parent!(Duration);
 }
 
 /// .NET `TimeSpan` as [`chrono::TimeDelta`], which, like `TimeSpan`, may be negative
@@ -236,7 +236,7 @@ pub mod option {
 ///
 /// #[derive(Serialize, Deserialize)]
 /// struct Skew {
-///     #[serde(with = "ferrybus_core::dotnet::timespan::signed")]
+///     #[serde(with = "ferrybus_dotnet::timespan::signed")]
 ///     clock_skew: TimeDelta,
 /// }
 ///
@@ -250,7 +250,7 @@ pub mod signed {
     use serde::{ser, Deserializer, Serializer};
 
     use super::{format_ticks, parse_ticks, NANOS_PER_TICK, RANGE, TICKS_PER_SECOND};
-    use crate::dotnet::DotNetValueError;
+    use crate::DotNetValueError;
 
     /// The whole ticks in `delta`, truncated toward zero, as a sign and a magnitude.
     fn ticks(delta: TimeDelta) -> (bool, u128) {
@@ -265,7 +265,7 @@ pub mod signed {
     ///
     /// ```
     /// use chrono::TimeDelta;
-    /// use ferrybus_core::dotnet::timespan::signed::format_timespan;
+    /// use ferrybus_dotnet::timespan::signed::format_timespan;
     ///
     /// assert_eq!(format_timespan(TimeDelta::seconds(-5)), "-00:00:05");
     /// assert_eq!(format_timespan(TimeDelta::milliseconds(-1500)), "-00:00:01.5000000");
@@ -282,7 +282,7 @@ pub mod signed {
     ///
     /// ```
     /// use chrono::TimeDelta;
-    /// use ferrybus_core::dotnet::timespan::signed::parse_timespan;
+    /// use ferrybus_dotnet::timespan::signed::parse_timespan;
     ///
     /// assert_eq!(parse_timespan("-00:00:05").unwrap(), TimeDelta::seconds(-5));
     /// assert_eq!(parse_timespan("1.02:03:04.5").unwrap().num_milliseconds(), 93_784_500);
@@ -324,7 +324,7 @@ pub mod signed {
 
     /// Reads a string as [`parse_timespan`] does.
     pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<TimeDelta, D::Error> {
-        crate::dotnet::deserialize_str(deserializer, "a .NET TimeSpan string", parse_timespan)
+        crate::deserialize_str(deserializer, "a .NET TimeSpan string", parse_timespan)
     }
 
     /// `Option<TimeDelta>`: `None` is written as `null`; `null` reads as `None`.
@@ -335,7 +335,7 @@ pub mod signed {
     ///
     /// #[derive(Serialize, Deserialize)]
     /// struct Skew {
-    ///     #[serde(default, with = "ferrybus_core::dotnet::timespan::signed::option")]
+    ///     #[serde(default, with = "ferrybus_dotnet::timespan::signed::option")]
     ///     clock_skew: Option<TimeDelta>,
     /// }
     ///
@@ -347,7 +347,7 @@ pub mod signed {
     pub mod option {
         use chrono::TimeDelta;
 
-        crate::dotnet::option_of_parent!(TimeDelta);
+        crate::option_of_parent!(TimeDelta);
     }
 }
 

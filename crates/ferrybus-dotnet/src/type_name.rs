@@ -12,7 +12,7 @@ pub const URN_PREFIX: &str = "urn:message:";
 /// arity marker (`` `1 ``) is never part of the name.
 ///
 /// ```
-/// use ferrybus_core::TypeName;
+/// use ferrybus_dotnet::TypeName;
 ///
 /// let order = TypeName::new("Contracts.Events", "OrderCreated");
 /// assert_eq!(order.urn(), "urn:message:Contracts.Events:OrderCreated");
@@ -38,6 +38,13 @@ pub struct ParseTypeNameError {
     reason: &'static str,
 }
 
+impl ParseTypeNameError {
+    /// Why the text is not a type name, without the text itself.
+    pub fn reason(&self) -> &'static str {
+        self.reason
+    }
+}
+
 impl TypeName {
     /// A non-generic type: `TypeName::new("Ns", "Outer+Inner")`.
     pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
@@ -61,7 +68,7 @@ impl TypeName {
     /// `urn:message:` prefix.
     ///
     /// ```
-    /// use ferrybus_core::TypeName;
+    /// use ferrybus_dotnet::TypeName;
     /// let t = TypeName::parse("urn:message:MassTransit:Fault[[Contracts:OrderPlaced]]").unwrap();
     /// assert_eq!(t.name(), "Fault");
     /// assert_eq!(t.arguments()[0].namespace(), "Contracts");
@@ -175,7 +182,9 @@ fn strip_prefix_ignore_case<'a>(input: &'a str, prefix: &str) -> Option<&'a str>
 fn parse_type(input: &str) -> Result<(TypeName, &str), &'static str> {
     let end = input.find(['[', ']', ',']).unwrap_or(input.len());
     let head = &input[..end];
-    let (namespace, name) = head.rsplit_once(':').ok_or("expected `Namespace:Type`")?;
+    let (namespace, name) = head
+        .rsplit_once(':')
+        .ok_or("it has no `:` between namespace and type")?;
     if namespace.is_empty() || name.is_empty() {
         return Err("namespace and type name must not be empty");
     }

@@ -6,7 +6,7 @@
 /// expected shape, as in `invalid .NET TimeSpan "x": expected [d.]hh:mm:ss[.fffffff]`.
 ///
 /// ```
-/// use ferrybus_core::dotnet::{timespan, DotNetValueError};
+/// use ferrybus_dotnet::{timespan, DotNetValueError};
 ///
 /// let error = timespan::parse_timespan("x").unwrap_err();
 /// assert_eq!(error, DotNetValueError::TimeSpan("x".to_owned()));

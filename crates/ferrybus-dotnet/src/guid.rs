@@ -13,7 +13,7 @@
 //! #[derive(Serialize, Deserialize)]
 //! #[serde(rename_all = "camelCase")]
 //! struct OrderRef {
-//!     #[serde(with = "ferrybus_core::dotnet::guid")]
+//!     #[serde(with = "ferrybus_dotnet::guid")]
 //!     order_id: Uuid,
 //! }
 //!
@@ -33,7 +33,7 @@ use super::DotNetValueError;
 /// Formats `guid` in .NET's lowercase `D` form, `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
 ///
 /// ```
-/// use ferrybus_core::dotnet::guid::format_guid;
+/// use ferrybus_dotnet::guid::format_guid;
 /// use uuid::Uuid;
 ///
 /// let guid = Uuid::from_u128(0x9F8E7D6C5B4A39281706F5E4D3C2B1A0);
@@ -48,7 +48,7 @@ pub fn format_guid(guid: &Uuid) -> String {
 /// (`{9f8e7d6c-5b4a-3928-1706-f5e4d3c2b1a0}`) or `P` (`(9f8e7d6c-5b4a-3928-1706-f5e4d3c2b1a0)`).
 ///
 /// ```
-/// use ferrybus_core::dotnet::guid::parse_guid;
+/// use ferrybus_dotnet::guid::parse_guid;
 ///
 /// let d = parse_guid("9f8e7d6c-5b4a-3928-1706-f5e4d3c2b1a0").unwrap();
 /// assert_eq!(parse_guid("9F8E7D6C5B4A39281706F5E4D3C2B1A0").unwrap(), d);
@@ -88,7 +88,7 @@ pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Uuid, D
 /// #[derive(Serialize, Deserialize)]
 /// #[serde(rename_all = "camelCase")]
 /// struct OrderRef {
-///     #[serde(default, with = "ferrybus_core::dotnet::guid::option")]
+///     #[serde(default, with = "ferrybus_dotnet::guid::option")]
 ///     parent_id: Option<Uuid>,
 /// }
 ///
@@ -99,7 +99,7 @@ pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Uuid, D
 pub mod option {
     use uuid::Uuid;
 
-    crate::dotnet::option_of_parent!(Uuid);
+    crate::option_of_parent!(Uuid);
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@
 //!     unit_price: String,
 //! }
 //!
-//! let order: OrderPlaced = ferrybus_core::message::bind(
+//! let order: OrderPlaced = ferrybus_dotnet::bind(
 //!     r#"{"OrderId": "o-1", "Lines": [{"UnitPrice": "9.99"}]}"#,
 //! )
 //! .unwrap();
@@ -70,7 +70,7 @@ use serde_json::Value;
 /// #[serde(rename_all = "camelCase")]
 /// struct OrderPlaced { order_id: u32 }
 ///
-/// let order: OrderPlaced = ferrybus_core::message::bind(r#"{"orderId": 1, "OrderId": 2}"#).unwrap();
+/// let order: OrderPlaced = ferrybus_dotnet::bind(r#"{"orderId": 1, "OrderId": 2}"#).unwrap();
 /// assert_eq!(order.order_id, 2);
 /// ```
 pub fn bind<T: DeserializeOwned>(json: &str) -> Result<T, serde_json::Error> {
@@ -898,9 +898,9 @@ mod tests {
         struct Mixed {
             raw: Box<serde_json::value::RawValue>,
             any: Value,
-            #[serde(with = "crate::dotnet::decimal")]
+            #[serde(with = "crate::decimal")]
             total: rust_decimal::Decimal,
-            #[serde(with = "crate::dotnet::datetime")]
+            #[serde(with = "crate::datetime")]
             placed_at: chrono::DateTime<chrono::Utc>,
             id: uuid::Uuid,
             pair: (u8, String),
