@@ -27,7 +27,6 @@ pub mod message;
 pub mod outgoing;
 pub mod publish;
 pub mod resilience;
-pub mod saga;
 mod shared_text;
 
 pub use address::{AddressError, EndpointAddress, HostAddress, DIRECT_REPLY_TO};
@@ -41,7 +40,6 @@ pub use consume::{
     ReceivedMessage, RetryLayer, RetryPolicy,
 };
 pub use consumer::{consumer_fn, ConsumeContext, Consumer, ConsumerFn};
-pub use ferrybus_dotnet as dotnet;
 pub use endpoint::{
     BoxEndpointLayer, BoxEndpointService, Delivery, Endpoint, EndpointConfig, EndpointContext,
     Faulted, QueueOptions, QueueType, Redelivery, Settlement, SettlementKind,
@@ -49,6 +47,7 @@ pub use endpoint::{
 pub use envelope::{Envelope, EnvelopeError, Headers, HostInfo, Payload};
 pub use error::{BoxError, ConsumeError, ConsumeErrorKind, PublishError, PublishErrorKind};
 pub use fault::{fault_headers, skipped_headers, ExceptionInfo, Fault, ReceiveFault};
+pub use ferrybus_dotnet as dotnet;
 pub use message::{consumer_id, kebab_case, short_type_name, Message, MessageType, TypeName};
 pub use outgoing::{MessageFactory, MessageOrigin, OutgoingMessage, SendOptions};
 pub use publish::{MessageSink, Publish, SharedSink};

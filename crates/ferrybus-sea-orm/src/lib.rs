@@ -89,7 +89,6 @@ mod error;
 mod inbox;
 pub mod migrate;
 mod outbox;
-pub mod saga;
 mod send;
 mod sql;
 pub mod status;

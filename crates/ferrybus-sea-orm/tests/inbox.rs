@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use common::{settlements, wait_settled, InvoiceCreated, OrderPlaced, TestDb};
+use common::{InvoiceCreated, OrderPlaced, TestDb};
 use ferrybus_core::memory::TestHarness;
 use ferrybus_core::{
     consumer_fn, Background, BoxConsumeLayer, BoxError, ConsumeContext, ConsumeError,
@@ -16,6 +16,7 @@ use ferrybus_core::{
     PublishErrorKind, RetryPolicy, SendOptions, SettlementKind, SharedSink, Storage,
 };
 use ferrybus_sea_orm::{PostgresStorage, TransactionExt};
+use ferrybus_testing::{settlements, wait_settled};
 use ferrybus_testing::{Shape, WAIT};
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
 use tower::ServiceBuilder;

@@ -25,6 +25,7 @@
 //! # }
 //! ```
 
+mod harness;
 mod probe;
 mod proxy;
 mod schema;
@@ -35,6 +36,7 @@ use std::time::Duration;
 
 use tokio::sync::broadcast;
 
+pub use harness::{settlements, wait_settled};
 pub use probe::{has_header, header_int, header_str, mt_properties, Probe, Received};
 pub use proxy::{broker_socket, database_socket, TcpProxy};
 pub use schema::{Shape, TestSchema, SHAPES};

@@ -58,6 +58,10 @@ pub use ferrybus_rabbitmq as rabbitmq;
 #[cfg(feature = "sea-orm")]
 pub use ferrybus_sea_orm as sea_orm;
 
+/// State machine sagas (feature `saga`).
+#[cfg(feature = "saga")]
+pub use ferrybus_saga as saga;
+
 /// OpenTelemetry setup from `OTEL_*`, `/metrics` and `/health/*` (feature `telemetry`).
 #[cfg(feature = "telemetry")]
 pub use ferrybus_telemetry as telemetry;
@@ -82,6 +86,6 @@ struct MessagesGuideDoctests;
 #[doc = include_str!("../../../docs/consumers-and-pipeline.md")]
 struct ConsumersGuideDoctests;
 
-#[cfg(doctest)]
+#[cfg(all(doctest, feature = "saga", feature = "sea-orm"))]
 #[doc = include_str!("../../../docs/sagas.md")]
 struct SagasGuideDoctests;

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use example_contracts::{InvoiceCreated, OrderItemAdded, OrderShipped, OrderSubmitted};
 use ferrybus::rabbitmq::RabbitMqBus;
+use ferrybus::saga::postgres::{ColumnType, Concurrency, PostgresSagaRepository, SagaTable};
 use ferrybus::saga::{Event, SagaEndpointExt, StateMachine};
-use ferrybus::sea_orm::saga::{ColumnType, Concurrency, PostgresSagaRepository, SagaTable};
 use ferrybus::sea_orm::{PostgresStorage, Tables};
 use ferrybus::{BoxError, EndpointConfig, RetryPolicy};
 use sea_orm::{ConnectOptions, Database, DatabaseConnection};
@@ -26,7 +26,7 @@ use uuid::Uuid;
 
 pub use example_contracts::OrderCompleted;
 
-ferrybus::saga_states! {
+ferrybus::saga::saga_states! {
     /// The states of an order (MassTransit's `State` properties; `Initial` and `Final` are
     /// built in).
     pub enum OrderStatus { Submitted, Invoiced, Completed }

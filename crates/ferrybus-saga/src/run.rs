@@ -4,18 +4,18 @@ use std::borrow::Cow;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use crate::consumer::{ConsumeContext, Consumer};
-use crate::error::ConsumeError;
-use crate::message::Message;
-use crate::publish::Publish;
-use crate::saga::event::MissingInstance;
-use crate::saga::machine::{
+use crate::event::MissingInstance;
+use crate::machine::{
     bindings_for, BehaviorContext, Binding, SagaContext, StateMachine, UnhandledEvent,
 };
-use crate::saga::repository::{SagaChange, SagaRepository, SaveOutcome};
-use crate::saga::schedule::SCHEDULING_TOKEN_ID;
-use crate::saga::state::{SagaStates, State};
-use crate::saga::{SagaError, SagaErrorKind};
+use crate::repository::{SagaChange, SagaRepository, SaveOutcome};
+use crate::schedule::SCHEDULING_TOKEN_ID;
+use crate::state::{SagaStates, State};
+use crate::{SagaError, SagaErrorKind};
+use ferrybus_core::consumer::{ConsumeContext, Consumer};
+use ferrybus_core::error::ConsumeError;
+use ferrybus_core::message::Message;
+use ferrybus_core::publish::Publish;
 
 /// The consumer of one event type of a machine.
 pub(crate) struct SagaConsumer<T, S, M> {
@@ -45,7 +45,7 @@ enum Step<T, S> {
     Changed {
         state: State<S>,
         instance: T,
-        outgoing: Vec<crate::outgoing::OutgoingMessage>,
+        outgoing: Vec<ferrybus_core::outgoing::OutgoingMessage>,
     },
 }
 
@@ -63,7 +63,7 @@ where
                 "the machine has no such event",
             )
         })?;
-        let event_name = crate::message::short_type_name::<M>().to_owned();
+        let event_name = ferrybus_core::message::short_type_name::<M>().to_owned();
         let id = (entry.event.correlate)(&ctx).ok_or_else(|| {
             SagaError::new(
                 SagaErrorKind::NoCorrelationId,

@@ -3,7 +3,7 @@
 //!
 //! A [`StateMachine`] is a definition (no I/O); [`SagaEndpointExt::saga`] binds it to a receive
 //! endpoint with a [`SagaRepository`] that stores the instances: [`InMemorySagaRepository`] for
-//! tests, `ferrybus_sea_orm::saga::PostgresSagaRepository` for PostgreSQL (in the inbox
+//! tests, `postgres::PostgresSagaRepository` (feature `sea-orm`) for PostgreSQL (in the inbox
 //! transaction, on MassTransit's EF Core tables).
 //!
 //! One event, one step: the repository loads the instance (or, for an event the initial state
@@ -15,7 +15,7 @@
 //!
 //! ```
 //! use ferrybus_core::memory::TestHarness;
-//! use ferrybus_core::saga::{Event, InMemorySagaRepository, SagaEndpointExt, StateMachine};
+//! use ferrybus_saga::{Event, InMemorySagaRepository, SagaEndpointExt, StateMachine};
 //! use ferrybus_core::Publish;
 //! # use serde::{Deserialize, Serialize};
 //! #[derive(Debug, Serialize, Deserialize, ferrybus_core::Message)]
@@ -23,7 +23,7 @@
 //! #[serde(rename_all = "camelCase")]
 //! struct OrderSubmitted { order_id: uuid::Uuid }
 //!
-//! ferrybus_core::saga_states! { enum OrderStatus { Submitted } }
+//! ferrybus_saga::saga_states! { enum OrderStatus { Submitted } }
 //!
 //! # tokio_test_block_on(async {
 //! let submitted = Event::<OrderSubmitted>::correlated_by(|m| m.order_id);
@@ -49,8 +49,8 @@
 //! Names are types, so a wrong one does not compile. A state that is not a variant:
 //!
 //! ```compile_fail
-//! use ferrybus_core::saga::StateMachine;
-//! ferrybus_core::saga_states! { enum OrderStatus { Submitted } }
+//! use ferrybus_saga::StateMachine;
+//! ferrybus_saga::saga_states! { enum OrderStatus { Submitted } }
 //! let machine = StateMachine::<(), OrderStatus>::new("OrderState")
 //!     .during(OrderStatus::Shipped, |s| s);
 //! ```
@@ -58,7 +58,7 @@
 //! An event handler whose actions read another message type than the event's:
 //!
 //! ```compile_fail
-//! use ferrybus_core::saga::{Event, StateMachine};
+//! use ferrybus_saga::{Event, StateMachine};
 //! # use serde::{Deserialize, Serialize};
 //! # #[derive(Debug, Serialize, Deserialize, ferrybus_core::Message)]
 //! # #[message(namespace = "Ns")]
@@ -66,7 +66,7 @@
 //! # #[derive(Debug, Serialize, Deserialize, ferrybus_core::Message)]
 //! # #[message(namespace = "Ns")]
 //! # struct OrderShipped { order_id: uuid::Uuid, carrier: String }
-//! ferrybus_core::saga_states! { enum OrderStatus { Submitted } }
+//! ferrybus_saga::saga_states! { enum OrderStatus { Submitted } }
 //! let submitted = Event::<OrderSubmitted>::correlated_by(|m| m.order_id);
 //! let machine = StateMachine::<(), OrderStatus>::new("OrderState")
 //!     .initially(|s| s.when(&submitted, |b| b.then(|c| {
@@ -79,6 +79,8 @@
 
 mod event;
 mod machine;
+#[cfg(feature = "sea-orm")]
+pub mod postgres;
 mod repository;
 mod run;
 mod schedule;
@@ -112,10 +114,10 @@ pub enum SagaErrorKind {
 }
 
 /// A saga failure; it fails the message (retried, then faulted). Find it in a
-/// [`ConsumeError`](crate::ConsumeError) with `error.find::<SagaError>()`.
+/// [`ConsumeError`](ferrybus_core::ConsumeError) with `error.find::<SagaError>()`.
 ///
 /// ```
-/// use ferrybus_core::saga::{SagaError, SagaErrorKind};
+/// use ferrybus_saga::{SagaError, SagaErrorKind};
 /// let error = SagaError::new(SagaErrorKind::MissingInstance, "no instance");
 /// assert_eq!(error.kind(), SagaErrorKind::MissingInstance);
 /// assert_eq!(error.to_string(), "no instance");

@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex};
 
 use uuid::Uuid;
 
-use crate::consume::ConsumeRequest;
-use crate::error::ConsumeError;
+use ferrybus_core::consume::ConsumeRequest;
+use ferrybus_core::error::ConsumeError;
 
 /// An instance as a repository stores it (a row of the instance table).
 #[derive(Clone, Debug, PartialEq)]
@@ -69,11 +69,11 @@ pub enum SaveOutcome {
 /// inbox puts it there), so a step commits with the inbox row and the messages it published.
 ///
 /// ```
-/// use ferrybus_core::saga::{InMemorySagaRepository, SagaRepository};
+/// use ferrybus_saga::{InMemorySagaRepository, SagaRepository};
 /// fn uses(_: &impl SagaRepository<u32>) {}
 /// uses(&InMemorySagaRepository::<u32>::new());
 /// ```
-#[crate::async_trait]
+#[ferrybus_core::async_trait]
 pub trait SagaRepository<T>: Send + Sync + 'static {
     /// The instance `correlation_id`, if it exists. A pessimistic repository locks it here
     /// (`SELECT … FOR UPDATE`) until the transaction ends.
@@ -92,7 +92,7 @@ pub trait SagaRepository<T>: Send + Sync + 'static {
     ) -> Result<SaveOutcome, ConsumeError>;
 }
 
-#[crate::async_trait]
+#[ferrybus_core::async_trait]
 impl<T, R> SagaRepository<T> for Arc<R>
 where
     T: Send + 'static,
@@ -115,12 +115,12 @@ where
     }
 }
 
-/// Instances in memory, for tests and the [`TestHarness`](crate::memory::TestHarness):
+/// Instances in memory, for tests and the [`TestHarness`](ferrybus_core::memory::TestHarness):
 /// optimistic concurrency by a version counter, per process, lost on exit. Clones share the
 /// instances, so a test keeps one to assert on.
 ///
 /// ```
-/// use ferrybus_core::saga::InMemorySagaRepository;
+/// use ferrybus_saga::InMemorySagaRepository;
 /// let repository = InMemorySagaRepository::<u32>::new();
 /// assert!(repository.get(uuid::Uuid::nil()).is_none());
 /// assert_eq!(repository.len(), 0);
@@ -186,7 +186,7 @@ impl<T: Clone> InMemorySagaRepository<T> {
     /// ```
     /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
     /// use std::time::Duration;
-    /// let repository = ferrybus_core::saga::InMemorySagaRepository::<u32>::new();
+    /// let repository = ferrybus_saga::InMemorySagaRepository::<u32>::new();
     /// let id = uuid::Uuid::now_v7();
     /// repository.insert(id, "Submitted", 1);
     /// let stored = repository.wait_state(id, "Submitted", Duration::from_secs(1)).await;
@@ -229,7 +229,7 @@ impl<T: Clone> InMemorySagaRepository<T> {
     }
 }
 
-#[crate::async_trait]
+#[ferrybus_core::async_trait]
 impl<T: Clone + Send + Sync + 'static> SagaRepository<T> for InMemorySagaRepository<T> {
     async fn load(
         &self,

@@ -2,10 +2,10 @@
 //! ignore, unhandled events, missing instances, finalize + completed, filters, concurrency.
 
 use ferrybus_core::memory::TestHarness;
-use ferrybus_core::saga::{
+use ferrybus_core::{Message, Publish};
+use ferrybus_saga::{
     Event, InMemorySagaRepository, MissingInstance, SagaEndpointExt, StateMachine, UnhandledEvent,
 };
-use ferrybus_core::{Message, Publish};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -40,7 +40,7 @@ struct OrderCompleted {
     item_count: i32,
 }
 
-ferrybus_core::saga_states! {
+ferrybus_saga::saga_states! {
     enum OrderStatus { Submitted, Shipped }
 }
 
@@ -284,10 +284,10 @@ mod scheduling {
     use std::time::Duration;
 
     use ferrybus_core::memory::TestHarness;
-    use ferrybus_core::saga::{
+    use ferrybus_core::{Message, Publish, SendOptions};
+    use ferrybus_saga::{
         Event, InMemorySagaRepository, SagaEndpointExt, Schedule, StateMachine, SCHEDULING_TOKEN_ID,
     };
-    use ferrybus_core::{Message, Publish, SendOptions};
     use serde::{Deserialize, Serialize};
     use uuid::Uuid;
 
@@ -298,7 +298,7 @@ mod scheduling {
         order_id: Uuid,
     }
 
-    ferrybus_core::saga_states! {
+    ferrybus_saga::saga_states! {
         enum Status { Waiting, TimedOut }
     }
 
@@ -359,10 +359,8 @@ mod scheduling {
 
 mod messaging {
     use ferrybus_core::memory::TestHarness;
-    use ferrybus_core::saga::{
-        Correlated, Event, InMemorySagaRepository, SagaEndpointExt, StateMachine,
-    };
     use ferrybus_core::{Message, Publish, SendOptions};
+    use ferrybus_saga::{Correlated, Event, InMemorySagaRepository, SagaEndpointExt, StateMachine};
     use serde::{Deserialize, Serialize};
     use uuid::Uuid;
 
@@ -401,7 +399,7 @@ mod messaging {
         order_id: Uuid,
     }
 
-    ferrybus_core::saga_states! {
+    ferrybus_saga::saga_states! {
         enum Status { Open, Held }
     }
 

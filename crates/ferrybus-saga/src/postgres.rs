@@ -21,15 +21,12 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use ferrybus_core::saga::{
-    SagaChange, SagaError, SagaErrorKind, SagaRepository, SaveOutcome, StoredSaga,
-};
 use ferrybus_core::{ConsumeError, ConsumeRequest};
 use sea_orm::prelude::Decimal;
 use sea_orm::sea_query::ExprTrait;
 use sea_orm::sea_query::{
-    Alias, ColumnDef, Expr, LockType, OnConflict, PostgresQueryBuilder, Query, SimpleExpr, Table,
-    TableRef,
+    Alias, ColumnDef, Expr, LockType, OnConflict, PostgresQueryBuilder, Query, SchemaName,
+    SimpleExpr, Table, TableName, TableRef,
 };
 use sea_orm::{
     ConnectionTrait, DbBackend, QueryResult, Statement, TransactionSession, TransactionTrait, Value,
@@ -39,9 +36,9 @@ use serde::Serialize;
 use serde_json::{Map, Value as Json};
 use uuid::Uuid;
 
-use crate::config::{NamingStyle, Tables};
-use crate::error::{StoreError, StoreErrorKind};
-use crate::inbox::TransactionExt;
+use ferrybus_sea_orm::{NamingStyle, StoreError, StoreErrorKind, Tables, TransactionExt};
+
+use crate::{SagaChange, SagaError, SagaErrorKind, SagaRepository, SaveOutcome, StoredSaga};
 
 /// The PostgreSQL type of an instance column.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,7 +85,7 @@ struct Column {
 /// (each a field of the instance type, by its serde name) and the concurrency token.
 ///
 /// ```
-/// use ferrybus_sea_orm::saga::{ColumnType, SagaTable};
+/// use ferrybus_saga::postgres::{ColumnType, SagaTable};
 /// use ferrybus_sea_orm::NamingStyle;
 /// // What EF Core's saga map creates for `OrderState` on Npgsql:
 /// let dotnet = SagaTable::new("OrderState")
@@ -207,9 +204,14 @@ impl SagaTable {
     }
 
     fn table(&self) -> TableRef {
-        crate::sql::names::schema_table(
-            Alias::new(self.schema.as_str()).into_iden(),
-            Alias::new(self.name.as_str()).into_iden(),
+        TableRef::Table(
+            TableName(
+                Some(SchemaName(
+                    None,
+                    Alias::new(self.schema.as_str()).into_iden(),
+                )),
+                Alias::new(self.name.as_str()).into_iden(),
+            ),
             None,
         )
     }
@@ -311,8 +313,8 @@ pub enum Concurrency {
 /// name; fields without a column take their serde default on load.
 ///
 /// ```no_run
-/// use ferrybus_core::saga::SagaEndpointExt;
-/// use ferrybus_sea_orm::saga::{ColumnType, PostgresSagaRepository, SagaTable};
+/// use ferrybus_saga::SagaEndpointExt;
+/// use ferrybus_saga::postgres::{ColumnType, PostgresSagaRepository, SagaTable};
 /// # #[derive(Clone, Default, serde::Serialize, serde::Deserialize)]
 /// # struct OrderState { item_count: i32 }
 /// # async fn run(db: sea_orm::DatabaseConnection) -> Result<(), ferrybus_sea_orm::StoreError> {

@@ -2,15 +2,13 @@
 //! a timeout scheduled before the service stops fires after it starts again; an unscheduled
 //! timeout is ignored when it arrives.
 
-mod common;
-
 use std::time::Duration;
 
-use common::TestDb;
-use ferrybus_core::saga::{Event, SagaEndpointExt, Schedule, StateMachine};
 use ferrybus_core::{Message, Publish};
 use ferrybus_rabbitmq::RabbitMqBus;
-use ferrybus_sea_orm::saga::{ColumnType, PostgresSagaRepository, SagaTable};
+use ferrybus_saga::postgres::{ColumnType, PostgresSagaRepository, SagaTable};
+use ferrybus_saga::{Event, SagaEndpointExt, Schedule, StateMachine};
+use ferrybus_testing::TestSchema;
 use ferrybus_testing::{amqp_url, eventually, unique, Probe, Shape, WAIT};
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
 use serde::{Deserialize, Serialize};
@@ -37,7 +35,7 @@ struct PaymentTimeout {
     order_id: Uuid,
 }
 
-ferrybus_core::saga_states! {
+ferrybus_saga::saga_states! {
     enum OrderStatus { Submitted, TimedOut, Shipped }
 }
 
@@ -73,7 +71,7 @@ fn machine(delay: Duration) -> StateMachine<OrderState, OrderStatus> {
 }
 
 struct Fixture {
-    tdb: TestDb,
+    tdb: TestSchema,
     probe: Probe,
     queue: String,
     table: SagaTable,
@@ -81,7 +79,7 @@ struct Fixture {
 
 impl Fixture {
     async fn new(delays_ms: &[u64]) -> Self {
-        let tdb = TestDb::new(Shape::Snake).await;
+        let tdb = TestSchema::new(Shape::Snake).await;
         let probe = Probe::connect(&amqp_url()).await;
         let queue = unique("saga-schedule");
         probe.track_endpoint(&queue);

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-use crate::saga::event::Event;
+use crate::event::Event;
 
 /// The header carrying a scheduled message's token (MassTransit's
 /// `MessageHeaders.SchedulingTokenId`).
@@ -19,19 +19,19 @@ pub(crate) type TokenFn<T> = Arc<dyn Fn(&mut T) -> &mut Option<Uuid> + Send + Sy
 /// the event `M` that arrives when it fires, the delay, and the instance field holding the
 /// current token.
 ///
-/// [`EventBinder::schedule`](crate::saga::EventBinder::schedule) sends `M` to the saga's own
+/// [`EventBinder::schedule`](crate::EventBinder::schedule) sends `M` to the saga's own
 /// endpoint with the delay (the transport's delayed redelivery: on RabbitMQ the
 /// delayed-message exchange or TTL queues, so the message waits in the broker and survives a
 /// restart of the service) and stores its token; [`EventBinder::unschedule`] clears it. Bind
-/// the arrival with [`StateBinder::when_scheduled`](crate::saga::StateBinder::when_scheduled):
+/// the arrival with [`StateBinder::when_scheduled`](crate::StateBinder::when_scheduled):
 /// as in MassTransit, a message whose token is not the instance's current one (unscheduled, or
 /// scheduled again since) is ignored, and the token is cleared when it is handled.
 ///
-/// [`EventBinder::unschedule`]: crate::saga::EventBinder::unschedule
+/// [`EventBinder::unschedule`]: crate::EventBinder::unschedule
 ///
 /// ```
 /// use std::time::Duration;
-/// use ferrybus_core::saga::{Event, Schedule};
+/// use ferrybus_saga::{Event, Schedule};
 /// # use serde::{Deserialize, Serialize};
 /// #[derive(Debug, Serialize, Deserialize, ferrybus_core::Message)]
 /// #[message(namespace = "Bookstore.Contracts")]

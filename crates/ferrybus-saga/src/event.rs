@@ -4,14 +4,14 @@ use std::sync::Arc;
 
 use uuid::Uuid;
 
-use crate::consumer::ConsumeContext;
-use crate::message::Message;
+use ferrybus_core::consumer::ConsumeContext;
+use ferrybus_core::message::Message;
 
 /// A message that carries the id of the instance it belongs to (MassTransit's
 /// `CorrelatedBy<Guid>`); [`Event::new`] correlates such messages by it.
 ///
 /// ```
-/// use ferrybus_core::saga::Correlated;
+/// use ferrybus_saga::Correlated;
 /// struct PaymentReceived { correlation_id: uuid::Uuid }
 /// impl Correlated for PaymentReceived {
 ///     fn correlation_id(&self) -> uuid::Uuid { self.correlation_id }
@@ -44,7 +44,7 @@ type Correlate<M> = Arc<dyn Fn(&ConsumeContext<M>) -> Option<Uuid> + Send + Sync
 /// `M`, does not compile.
 ///
 /// ```
-/// use ferrybus_core::saga::{Event, MissingInstance};
+/// use ferrybus_saga::{Event, MissingInstance};
 /// # use serde::{Deserialize, Serialize};
 /// #[derive(Debug, Serialize, Deserialize, ferrybus_core::Message)]
 /// #[message(namespace = "Bookstore.Contracts")]

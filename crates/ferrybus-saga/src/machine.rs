@@ -9,18 +9,18 @@ use std::time::Duration;
 use chrono::Utc;
 use uuid::Uuid;
 
-use crate::consume::ConsumeRequest;
-use crate::endpoint::EndpointConfig;
-use crate::envelope::Envelope;
-use crate::error::ConsumeError;
-use crate::message::{kebab_case, Message};
-use crate::outgoing::{MessageOrigin, OutgoingMessage, SendOptions};
-use crate::publish::PublishError;
-use crate::saga::event::Event;
-use crate::saga::repository::SagaRepository;
-use crate::saga::run::SagaConsumer;
-use crate::saga::schedule::{Schedule, TokenFn, SCHEDULING_TOKEN_ID};
-use crate::saga::state::{SagaStates, State};
+use crate::event::Event;
+use crate::repository::SagaRepository;
+use crate::run::SagaConsumer;
+use crate::schedule::{Schedule, TokenFn, SCHEDULING_TOKEN_ID};
+use crate::state::{SagaStates, State};
+use ferrybus_core::consume::ConsumeRequest;
+use ferrybus_core::endpoint::EndpointConfig;
+use ferrybus_core::envelope::Envelope;
+use ferrybus_core::error::ConsumeError;
+use ferrybus_core::message::{kebab_case, Message};
+use ferrybus_core::outgoing::{MessageOrigin, OutgoingMessage, SendOptions};
+use ferrybus_core::publish::PublishError;
 
 /// What happens to an event the instance's current state does not handle (MassTransit's
 /// `OnUnhandledEvent`).
@@ -116,10 +116,10 @@ impl<T, S: SagaStates, M> EventEntry<T, S, M> {
 /// | [`EventBinder::if_then`], [`EventBinder::if_else`] | `If`, `IfElse` |
 /// | [`set_completed_when_finalized`](Self::set_completed_when_finalized) | `SetCompletedWhenFinalized()` |
 /// | [`on_unhandled_event`](Self::on_unhandled_event) | `OnUnhandledEvent` |
-/// | [`MissingInstance`](crate::saga::MissingInstance) | `OnMissingInstance` |
+/// | [`MissingInstance`](crate::MissingInstance) | `OnMissingInstance` |
 ///
 /// ```
-/// use ferrybus_core::saga::{Event, StateMachine};
+/// use ferrybus_saga::{Event, StateMachine};
 /// # use serde::{Deserialize, Serialize};
 /// # #[derive(Debug, Serialize, Deserialize, ferrybus_core::Message)]
 /// # #[message(namespace = "Bookstore.Contracts")]
@@ -129,7 +129,7 @@ impl<T, S: SagaStates, M> EventEntry<T, S, M> {
 /// # #[message(namespace = "Bookstore.Contracts")]
 /// # #[serde(rename_all = "camelCase")]
 /// # struct OrderItemAdded { order_id: uuid::Uuid }
-/// ferrybus_core::saga_states! { enum OrderStatus { Submitted } }
+/// ferrybus_saga::saga_states! { enum OrderStatus { Submitted } }
 ///
 /// #[derive(Clone, Debug, Default)]
 /// struct OrderState { item_count: i32 }
@@ -378,14 +378,14 @@ where
 /// binds each event's exchange, and with `.inbox()` every step runs in the inbox transaction.
 ///
 /// ```
-/// use ferrybus_core::saga::{Event, InMemorySagaRepository, SagaEndpointExt, StateMachine};
+/// use ferrybus_saga::{Event, InMemorySagaRepository, SagaEndpointExt, StateMachine};
 /// use ferrybus_core::EndpointConfig;
 /// # use serde::{Deserialize, Serialize};
 /// # #[derive(Debug, Serialize, Deserialize, ferrybus_core::Message)]
 /// # #[message(namespace = "Bookstore.Contracts")]
 /// # #[serde(rename_all = "camelCase")]
 /// # struct OrderSubmitted { order_id: uuid::Uuid }
-/// ferrybus_core::saga_states! { enum OrderStatus { Submitted } }
+/// ferrybus_saga::saga_states! { enum OrderStatus { Submitted } }
 /// let submitted = Event::<OrderSubmitted>::correlated_by(|m| m.order_id);
 /// let machine = StateMachine::<u32, OrderStatus>::new("OrderState")
 ///     .initially(|s| s.when(&submitted, |b| b.transition_to(OrderStatus::Submitted)));
@@ -817,7 +817,7 @@ impl<'a, T, S: SagaStates> SagaContext<'a, T, S> {
     }
 
     /// Responds to the event's request when the step is saved (to its `responseAddress` with its
-    /// `requestId`; published when there is none), as [`ConsumeContext::respond`](crate::ConsumeContext::respond).
+    /// `requestId`; published when there is none), as [`ConsumeContext::respond`](ferrybus_core::ConsumeContext::respond).
     pub fn respond<P: Message>(&mut self, message: &P) -> Result<Uuid, PublishError> {
         let envelope = self.envelope();
         let mut options = SendOptions::new();
@@ -854,7 +854,7 @@ impl<'a, T, S: SagaStates> SagaContext<'a, T, S> {
         // The transport property MassTransit's outbox rows carry for a delayed send.
         built.properties.insert(
             "Delay".into(),
-            serde_json::Value::String(crate::dotnet::timespan::format_timespan(delay)),
+            serde_json::Value::String(ferrybus_core::dotnet::timespan::format_timespan(delay)),
         );
         *token(&mut self.instance) = Some(id);
         Ok(self.keep(built))

@@ -10,11 +10,11 @@ use std::fmt;
 /// (`Submitted`, not `submitted`) to share a table with a .NET service.
 ///
 /// ```
-/// ferrybus_core::saga_states! {
+/// ferrybus_saga::saga_states! {
 ///     /// Where an order is.
 ///     pub enum OrderStatus { Submitted, Invoiced }
 /// }
-/// use ferrybus_core::saga::SagaStates;
+/// use ferrybus_saga::SagaStates;
 /// assert_eq!(OrderStatus::Invoiced.name(), "Invoiced");
 /// assert_eq!(OrderStatus::from_name("Submitted"), Some(OrderStatus::Submitted));
 /// ```
@@ -30,12 +30,12 @@ pub trait SagaStates: Copy + Eq + fmt::Debug + Send + Sync + 'static {
 /// name).
 ///
 /// ```
-/// ferrybus_core::saga_states! {
+/// ferrybus_saga::saga_states! {
 ///     /// Where a payment is.
 ///     #[derive(Hash)]
 ///     pub enum PaymentStatus { Pending, Paid }
 /// }
-/// assert_eq!(ferrybus_core::saga::SagaStates::name(PaymentStatus::Paid), "Paid");
+/// assert_eq!(ferrybus_saga::SagaStates::name(PaymentStatus::Paid), "Paid");
 /// ```
 #[macro_export]
 macro_rules! saga_states {
@@ -46,7 +46,7 @@ macro_rules! saga_states {
             $($(#[$vmeta])* #[allow(missing_docs)] $variant),+
         }
 
-        impl $crate::saga::SagaStates for $name {
+        impl $crate::SagaStates for $name {
             fn name(self) -> &'static str {
                 match self {
                     $($name::$variant => stringify!($variant)),+
@@ -67,8 +67,8 @@ macro_rules! saga_states {
 /// machine's own states.
 ///
 /// ```
-/// use ferrybus_core::saga::State;
-/// ferrybus_core::saga_states! { enum Status { Open } }
+/// use ferrybus_saga::State;
+/// ferrybus_saga::saga_states! { enum Status { Open } }
 /// assert_eq!(State::<Status>::Initial.name(), "Initial");
 /// assert_eq!(State::from(Status::Open).name(), "Open");
 /// assert_eq!(State::<Status>::parse("Final"), Some(State::Final));
@@ -80,7 +80,7 @@ pub enum State<S> {
     /// One of the machine's states.
     Is(S),
     /// Finished (MassTransit's `Final`); with
-    /// [`set_completed_when_finalized`](crate::saga::StateMachine::set_completed_when_finalized)
+    /// [`set_completed_when_finalized`](crate::StateMachine::set_completed_when_finalized)
     /// the instance is deleted.
     Final,
 }

@@ -3,14 +3,12 @@
 //! duplicates apply once, a failed step publishes nothing, concurrent events on one instance
 //! lose no update (optimistic and pessimistic), an instance .NET left mid-way is taken over.
 
-mod common;
-
-use common::{wait_settled, TestDb};
 use ferrybus_core::memory::TestHarness;
-use ferrybus_core::saga::{Event, SagaEndpointExt, StateMachine};
 use ferrybus_core::{ConsumeError, Message, Publish, SendOptions, SettlementKind, Storage};
-use ferrybus_sea_orm::saga::{ColumnType, Concurrency, PostgresSagaRepository, SagaTable};
+use ferrybus_saga::postgres::{ColumnType, Concurrency, PostgresSagaRepository, SagaTable};
+use ferrybus_saga::{Event, SagaEndpointExt, StateMachine};
 use ferrybus_sea_orm::NamingStyle;
+use ferrybus_testing::{settlements, wait_settled, TestSchema};
 use ferrybus_testing::{Shape, WAIT};
 use sea_orm::{ConnectionTrait, DbBackend, Statement};
 use serde::{Deserialize, Serialize};
@@ -47,7 +45,7 @@ struct OrderCompleted {
     item_count: i32,
 }
 
-ferrybus_core::saga_states! {
+ferrybus_saga::saga_states! {
     enum OrderStatus { Submitted, Invoiced, Completed }
 }
 
@@ -96,7 +94,7 @@ fn machine() -> StateMachine<OrderState, OrderStatus> {
         .set_completed_when_finalized()
 }
 
-fn snake_table(tdb: &TestDb) -> SagaTable {
+fn snake_table(tdb: &TestSchema) -> SagaTable {
     SagaTable::new("order_state")
         .schema(&tdb.schema)
         .column("item_count", ColumnType::Integer)
@@ -106,7 +104,7 @@ fn snake_table(tdb: &TestDb) -> SagaTable {
 
 /// The table EF Core's saga map creates for `OrderState` on Npgsql with its default naming: a
 /// `uint RowVersion` mapped with `IsRowVersion()` is the system column `xmin`, no column.
-async fn dotnet_table(tdb: &TestDb) -> SagaTable {
+async fn dotnet_table(tdb: &TestSchema) -> SagaTable {
     tdb.exec(&format!(
         "CREATE TABLE \"{}\".\"OrderState\" (\
            \"CorrelationId\" uuid NOT NULL, \
@@ -125,7 +123,7 @@ async fn dotnet_table(tdb: &TestDb) -> SagaTable {
 }
 
 async fn harness(
-    tdb: &TestDb,
+    tdb: &TestSchema,
     repository: PostgresSagaRepository<OrderState>,
     concurrency: usize,
 ) -> TestHarness {
@@ -149,7 +147,7 @@ async fn harness(
         .expect("the harness starts")
 }
 
-async fn row(tdb: &TestDb, table: &SagaTable, id: Uuid) -> Option<(String, i32)> {
+async fn row(tdb: &TestSchema, table: &SagaTable, id: Uuid) -> Option<(String, i32)> {
     let sql = format!(
         "SELECT \"{}\" AS state, \"{}\" AS items FROM \"{}\".\"{}\" WHERE \"{}\" = $1",
         table.state_column(),
@@ -184,7 +182,7 @@ async fn submit(harness: &TestHarness, order_id: Uuid) {
 
 #[tokio::test]
 async fn a_duplicated_event_applies_once() {
-    let tdb = TestDb::new(Shape::Snake).await;
+    let tdb = TestSchema::new(Shape::Snake).await;
     let table = snake_table(&tdb);
     let harness = harness(&tdb, PostgresSagaRepository::new(table.clone()), 4).await;
     let order_id = Uuid::now_v7();
@@ -201,7 +199,7 @@ async fn a_duplicated_event_applies_once() {
         .unwrap();
     wait_settled(&harness, id, 2).await;
     assert_eq!(
-        common::settlements(&harness, id),
+        settlements(&harness, id),
         [SettlementKind::Ack, SettlementKind::Duplicate]
     );
     assert_eq!(
@@ -218,7 +216,7 @@ async fn a_duplicated_event_applies_once() {
 
 #[tokio::test]
 async fn a_failed_step_saves_and_publishes_nothing() {
-    let tdb = TestDb::new(Shape::Snake).await;
+    let tdb = TestSchema::new(Shape::Snake).await;
     let table = snake_table(&tdb);
     let harness = harness(&tdb, PostgresSagaRepository::new(table.clone()), 4).await;
     let order_id = Uuid::now_v7();
@@ -241,7 +239,7 @@ async fn a_failed_step_saves_and_publishes_nothing() {
 }
 
 async fn concurrent_items_lose_no_update(concurrency: Concurrency, dotnet: bool) {
-    let tdb = TestDb::new(if dotnet {
+    let tdb = TestSchema::new(if dotnet {
         Shape::CanonicalFixture
     } else {
         Shape::Snake
@@ -293,7 +291,7 @@ async fn pessimistic_concurrency_loses_no_update() {
 
 #[tokio::test]
 async fn an_instance_dotnet_left_mid_way_is_taken_over() {
-    let tdb = TestDb::new(Shape::CanonicalFixture).await;
+    let tdb = TestSchema::new(Shape::CanonicalFixture).await;
     let table = dotnet_table(&tdb).await;
     let order_id = Uuid::now_v7();
     let invoice_id = Uuid::now_v7();
@@ -331,7 +329,7 @@ async fn an_instance_dotnet_left_mid_way_is_taken_over() {
 
 #[tokio::test]
 async fn a_saga_endpoint_without_the_inbox_faults_with_the_reason() {
-    let tdb = TestDb::new(Shape::Snake).await;
+    let tdb = TestSchema::new(Shape::Snake).await;
     let table = snake_table(&tdb);
     let repository = PostgresSagaRepository::new(table);
     repository.create_table(&tdb.db).await.unwrap();
