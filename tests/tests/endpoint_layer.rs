@@ -1,5 +1,5 @@
 //! A user-written endpoint layer on a real endpoint: a tower `Layer` over
-//! `ferrybus::BoxEndpointService` that calls the endpoint and counts the `Settlement` of every
+//! `ferrybus::endpoint::BoxEndpointService` that calls the endpoint and counts the `Settlement` of every
 //! delivery by kind (what a metrics layer does), on RabbitMQ with the PostgreSQL inbox. Each kind
 //! comes from what really happened to a message: acknowledged, a duplicate the inbox stopped, a
 //! fault moved to `_error`, a delayed redelivery, a message of a type nobody consumes moved to
@@ -11,11 +11,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use example_contracts::{OrderPlaced, PaymentCaptured};
+use ferrybus::endpoint::BoxEndpointService;
 use ferrybus::rabbitmq::{Event, RabbitMqBus};
 use ferrybus::sea_orm::{PostgresStorage, Tables};
 use ferrybus::{
-    consumer_fn, BoxEndpointService, ConsumeContext, ConsumeError, Delivery, RetryPolicy,
-    Settlement, SettlementKind,
+    consumer_fn, ConsumeContext, ConsumeError, Delivery, RetryPolicy, Settlement, SettlementKind,
 };
 use ferrybus_e2e::{
     amqp_url, database_url, order, send, wait_event, Probe, Received, TestEnv, WAIT,

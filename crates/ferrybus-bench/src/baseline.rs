@@ -8,7 +8,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ferrybus_core::{MessageFactory, MessageOrigin, SendOptions};
+use ferrybus_core::SendOptions;
+
+use ferrybus_core::outgoing::MessageFactory;
+
+use ferrybus_core::outgoing::MessageOrigin;
 use futures::StreamExt;
 use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions};

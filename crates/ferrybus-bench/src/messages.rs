@@ -1,6 +1,12 @@
 //! The messages the benchmarks move, and the envelope bodies both ferrybus and the baselines read.
 
-use ferrybus_core::{HostAddress, Message, MessageFactory, MessageOrigin, SendOptions};
+use ferrybus_core::{Message, SendOptions};
+
+use ferrybus_core::address::HostAddress;
+
+use ferrybus_core::outgoing::MessageFactory;
+
+use ferrybus_core::outgoing::MessageOrigin;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 

@@ -6,10 +6,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use ferrybus_core::error::BoxError;
 use ferrybus_core::memory::TestHarness;
+use ferrybus_core::outgoing::MessageFactory;
+use ferrybus_core::outgoing::MessageSink;
+use ferrybus_core::outgoing::OutgoingMessage;
+use ferrybus_core::BusConfig;
 use ferrybus_core::{
-    consumer_fn, BoxError, ConsumeContext, ConsumeError, Delivery, EndpointConfig, EndpointContext,
-    MessageFactory, MessageSink, OutgoingMessage, Publish, PublishError, Settlement,
+    consumer_fn, ConsumeContext, ConsumeError, Delivery, EndpointConfig, Publish, PublishError,
+    Settlement,
 };
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
@@ -76,16 +81,16 @@ pub(crate) async fn run(n: usize) -> Result<MicroResult, BoxError> {
 
     // The endpoint service, as a transport drives it.
     let counter = Counter::new();
-    let endpoint = counting_endpoint(EndpointConfig::new("bench-micro"), counter.clone()).build(
-        EndpointContext {
-            input_address: factory.host().entity_address("bench-micro"),
-            sink: Arc::new(NullSink),
-            factory: Arc::new(factory.clone()),
-            cancellation: CancellationToken::new(),
-            inbox: None,
-            storage: None,
-        },
+    let config = counting_endpoint(EndpointConfig::new("bench-micro"), counter.clone());
+    // Instrumented, as every RabbitMQ bus is by default.
+    let context = ferrybus_otel::instrument(BusConfig::default()).endpoint_context(
+        &config,
+        factory.host().entity_address("bench-micro"),
+        Arc::new(NullSink),
+        Arc::new(factory.clone()),
+        CancellationToken::new(),
     );
+    let endpoint = config.build(context);
     let delivery = |body: &Vec<u8>| {
         Delivery::new(body.clone()).content_type(crate::broker::ENVELOPE.to_owned())
     };

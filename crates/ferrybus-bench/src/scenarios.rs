@@ -8,7 +8,9 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ferrybus_core::{Message, MessageFactory};
+use ferrybus_core::Message;
+
+use ferrybus_core::outgoing::MessageFactory;
 use lapin::Connection;
 use serde_json::{json, Map, Value};
 use sqlx::PgPool;

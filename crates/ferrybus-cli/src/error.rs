@@ -99,8 +99,8 @@ impl fmt::Display for CliError {
 
 impl std::error::Error for CliError {}
 
-impl From<ferrybus_core::EnvelopeError> for CliError {
-    fn from(error: ferrybus_core::EnvelopeError) -> Self {
+impl From<ferrybus_core::envelope::EnvelopeError> for CliError {
+    fn from(error: ferrybus_core::envelope::EnvelopeError) -> Self {
         Self::new(CliErrorKind::Input, error.to_string())
     }
 }

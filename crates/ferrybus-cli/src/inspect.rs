@@ -1,7 +1,9 @@
 //! The normalized view of an envelope that `ferrybus envelope inspect` prints.
 
 use chrono::{DateTime, SecondsFormat, Utc};
-use ferrybus_core::{Envelope, EnvelopeError, Headers, HostInfo};
+use ferrybus_core::envelope::EnvelopeError;
+use ferrybus_core::envelope::HostInfo;
+use ferrybus_core::{Envelope, Headers};
 use serde::Serialize;
 use serde_json::Value;
 use uuid::Uuid;

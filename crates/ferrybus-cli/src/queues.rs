@@ -36,7 +36,7 @@ use std::time::Duration;
 use comfy_table::{presets, Table};
 
 use crate::output::arrangement;
-use ferrybus_core::EndpointAddress;
+use ferrybus_core::address::EndpointAddress;
 use indicatif::{ProgressBar, ProgressStyle};
 use lapin::options::{BasicAckOptions, BasicGetOptions, BasicNackOptions, BasicPublishOptions};
 use lapin::Acker;

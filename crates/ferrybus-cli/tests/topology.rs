@@ -4,6 +4,7 @@
 
 mod support;
 
+use ferrybus::rabbitmq::QueueEndpointExt;
 use std::path::PathBuf;
 use std::process::Command;
 

@@ -1,5 +1,5 @@
-//! What every bus holds whatever its transport — its receive endpoints and its [`Storage`] — and
-//! the [`Background`] work the storage runs while the bus runs.
+//! [`BusConfig`]: what every bus holds whatever its transport — its receive endpoints, its
+//! [`Storage`] and the layers add-ons put on every endpoint.
 //!
 //! A transport's bus builder (`RabbitMqBus::builder`, `InMemoryBus::builder`) wraps a
 //! [`BusConfig`]; starting the bus prepares the storage (migrations when asked), builds every
@@ -10,104 +10,17 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use async_trait::async_trait;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::consume::{BoxBatchLayer, BoxConsumeLayer};
-use crate::endpoint::{EndpointConfig, EndpointContext};
+use crate::consume::BoxConsumeLayer;
+use crate::endpoint::{BoxEndpointLayer, EndpointConfig, EndpointContext};
 use crate::error::BoxError;
 use crate::outgoing::MessageFactory;
-use crate::publish::SharedSink;
-use crate::resilience::Dependency;
+use crate::outgoing::SharedSink;
+use crate::storage::{Background, Storage};
 
-/// The storage of a bus: the inbox and outbox tables and the services that keep them (outbox
-/// delivery, sweeper, inbox cleanup). `ferrybus-sea-orm`'s `PostgresStorage` implements it.
-#[async_trait]
-pub trait Storage: Send + Sync + 'static {
-    /// Gets the storage ready before anything consumes: migrations when asked, the shape of
-    /// existing tables. Called once, when the bus starts.
-    async fn prepare(&self) -> Result<(), BoxError>;
-
-    /// The layer that runs a consumer behind the inbox and consumer outbox, for endpoints that
-    /// ask for it ([`EndpointConfig::inbox`]).
-    fn inbox_layer(&self) -> BoxConsumeLayer;
-
-    /// The inbox + consumer outbox for batch consumers
-    /// ([`EndpointConfig::batch_consumer`] on an endpoint with [`EndpointConfig::inbox`]): one
-    /// transaction per batch, each message recorded once, those seen before dropped from the
-    /// batch. `None` (the default) when the storage has none; such endpoints then fault their
-    /// batches.
-    fn batch_inbox_layer(&self) -> Option<BoxBatchLayer> {
-        None
-    }
-
-    /// Starts the background services, which send stored messages through `sink` (the bus's
-    /// transport). Called once the storage is prepared; stopped after the endpoints.
-    fn start(&self, sink: SharedSink) -> Background;
-
-    /// Whether `error` (one error of a failure's chain) is a transient failure of this storage:
-    /// a connection refused or reset, a pool timeout, the server shutting down or starting up.
-    /// On one, the endpoint pauses until [`probe`](Self::probe) answers, instead of spending its
-    /// retries (see [`resilience`](crate::resilience)). `None` by default.
-    fn classify(&self, error: &(dyn std::error::Error + 'static)) -> Option<Dependency> {
-        let _ = error;
-        None
-    }
-
-    /// Whether the storage answers (e.g. `SELECT 1`), asked while an endpoint is paused for it.
-    /// `true` by default.
-    async fn probe(&self) -> bool {
-        true
-    }
-}
-
-/// Running background tasks (outbox delivery, cleanup). [`Background::stop`] lets work in flight
-/// finish (a batch being sent is sent and recorded) and waits for every task. Dropping it also
-/// signals the tasks to stop, without waiting.
-#[derive(Debug, Default)]
-pub struct Background {
-    cancel: Vec<CancellationToken>,
-    tasks: Vec<JoinHandle<()>>,
-}
-
-impl Background {
-    /// Tasks that stop when `cancel` fires.
-    pub fn new(cancel: CancellationToken, tasks: Vec<JoinHandle<()>>) -> Self {
-        Self {
-            cancel: vec![cancel],
-            tasks,
-        }
-    }
-
-    /// These tasks and those of `other`, stopped together.
-    pub fn join(mut self, mut other: Background) -> Self {
-        self.cancel.append(&mut other.cancel);
-        self.tasks.append(&mut other.tasks);
-        self
-    }
-
-    /// Whether every task has ended.
-    pub fn is_finished(&self) -> bool {
-        self.tasks.iter().all(JoinHandle::is_finished)
-    }
-
-    /// Signals the tasks to stop and waits until they have.
-    pub async fn stop(mut self) {
-        self.cancel.iter().for_each(CancellationToken::cancel);
-        for task in std::mem::take(&mut self.tasks) {
-            if let Err(error) = task.await {
-                tracing::warn!(target: "ferrybus::bus", %error, "background task ended abnormally");
-            }
-        }
-    }
-}
-
-impl Drop for Background {
-    fn drop(&mut self) {
-        self.cancel.iter().for_each(CancellationToken::cancel);
-    }
-}
+/// Makes the layer an add-on puts on one endpoint, from the endpoint's input address.
+pub type EndpointLayerFn = Arc<dyn Fn(&str) -> BoxEndpointLayer + Send + Sync>;
 
 /// A bus configuration that cannot run: the reason in one line.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -141,6 +54,8 @@ impl ConfigError {
 pub struct BusConfig {
     endpoints: Vec<EndpointConfig>,
     storage: Option<Arc<dyn Storage>>,
+    endpoint_layers: Vec<EndpointLayerFn>,
+    consumer_layers: Vec<BoxConsumeLayer>,
 }
 
 impl BusConfig {
@@ -158,6 +73,34 @@ impl BusConfig {
     /// Sets the storage (inbox, outboxes and their background services).
     pub fn storage(mut self, storage: impl Storage) -> Self {
         self.storage = Some(Arc::new(storage));
+        self
+    }
+
+    /// Puts a layer on every endpoint of the bus, outside the endpoint's own layers (the first
+    /// added outermost): `make` is called once per endpoint with its input address. How add-ons
+    /// such as `ferrybus-otel`'s receive instruments see every delivery of a bus.
+    ///
+    /// ```
+    /// use ferrybus_core::endpoint::BoxEndpointLayer;
+    /// use ferrybus_core::BusConfig;
+    /// let bus = BusConfig::default().endpoint_layer(|_input_address: &str| {
+    ///     BoxEndpointLayer::new(tower::layer::util::Identity::new())
+    /// });
+    /// # let _ = bus;
+    /// ```
+    pub fn endpoint_layer(
+        mut self,
+        make: impl Fn(&str) -> BoxEndpointLayer + Send + Sync + 'static,
+    ) -> Self {
+        self.endpoint_layers.push(Arc::new(make));
+        self
+    }
+
+    /// Puts a layer around every consumer of the bus, inside the endpoint's own consumer layers
+    /// (right around the consumer; the first added outermost): how `ferrybus-otel`'s process span
+    /// and consume instruments see every attempt.
+    pub fn consumer_layer(mut self, layer: BoxConsumeLayer) -> Self {
+        self.consumer_layers.push(layer);
         self
     }
 
@@ -224,12 +167,19 @@ impl BusConfig {
             .filter(|_| endpoint.uses_inbox())
             .map(|s| s.inbox_layer());
         EndpointContext {
+            layers: self
+                .endpoint_layers
+                .iter()
+                .map(|make| make(&input_address))
+                .collect(),
+            consumer_layers: self.consumer_layers.clone(),
             input_address,
             sink,
             factory,
             cancellation,
             inbox,
             storage: self.storage.clone(),
+            delivery_limit: None,
         }
     }
 }
@@ -239,6 +189,8 @@ impl std::fmt::Debug for BusConfig {
         f.debug_struct("BusConfig")
             .field("endpoints", &self.endpoints)
             .field("storage", &self.storage.is_some())
+            .field("endpoint_layers", &self.endpoint_layers.len())
+            .field("consumer_layers", &self.consumer_layers.len())
             .finish()
     }
 }

@@ -162,7 +162,15 @@ impl ConsumeError {
         self.retry_count
     }
 
-    pub(crate) fn set_retry_count(&mut self, count: u32) {
+    /// Records how many retries happened before this error was final: what a retry policy does
+    /// when it gives up (`RetryPolicy` for consumers and batches).
+    ///
+    /// ```
+    /// let mut error = ferrybus_core::ConsumeError::handler("declined");
+    /// error.set_retry_count(2);
+    /// assert_eq!(error.retry_count(), 2);
+    /// ```
+    pub fn set_retry_count(&mut self, count: u32) {
         self.retry_count = count;
     }
 
@@ -206,7 +214,15 @@ impl ConsumeError {
 
     /// The same failure again, for each message of a failed batch: the kind, exception type,
     /// retry count, message, causes and stack trace of `error`.
-    pub(crate) fn shared(error: &std::sync::Arc<ConsumeError>) -> Self {
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use ferrybus_core::ConsumeError;
+    /// let batch = Arc::new(ConsumeError::handler("the ledger is closed"));
+    /// let each = ConsumeError::shared(&batch);
+    /// assert_eq!(each.to_string(), "the ledger is closed");
+    /// ```
+    pub fn shared(error: &std::sync::Arc<ConsumeError>) -> Self {
         Self {
             kind: error.kind,
             source: Box::new(SharedFailure(error.clone())),
@@ -415,11 +431,61 @@ impl From<serde_json::Error> for PublishError {
     }
 }
 
-pub(crate) use trace::{dyn_error_type, truncate};
+pub(crate) use trace::truncate;
+
+/// The type name of an error known only as `dyn Error` (a cause in a chain, a boxed error):
+/// well-known types by downcasting, else the name its derived `Debug` starts with, else
+/// `Exception` (the text of a `Box<dyn Error>` made from a string, or an unknown type).
+pub(crate) fn dyn_error_type(error: &(dyn StdError + 'static)) -> String {
+    macro_rules! known {
+        ($($ty:ty),* $(,)?) => {
+            $(if error.is::<$ty>() {
+                return trace::readable_type_name(std::any::type_name::<$ty>());
+            })*
+        };
+    }
+    known! {
+        std::io::Error,
+        serde_json::Error,
+        std::fmt::Error,
+        std::num::ParseIntError,
+        std::num::ParseFloatError,
+        std::num::TryFromIntError,
+        std::str::ParseBoolError,
+        std::str::Utf8Error,
+        std::string::FromUtf8Error,
+        uuid::Error,
+        chrono::ParseError,
+        url::ParseError,
+        tokio::time::error::Elapsed,
+        crate::dotnet::DotNetValueError,
+        crate::envelope::EnvelopeError,
+        crate::address::AddressError,
+        PublishError,
+    }
+    let debug = format!("{error:?}");
+    let name: String = debug
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect();
+    if name.starts_with(|c: char| c.is_ascii_uppercase()) && name != "Error" {
+        name
+    } else {
+        "Exception".to_owned()
+    }
+}
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dyn_types_are_named() {
+        let io = std::io::Error::other("x");
+        assert_eq!(dyn_error_type(&io), "std::io::Error");
+        let boxed: Box<dyn StdError + Send + Sync> = "text".into();
+        assert_eq!(dyn_error_type(&*boxed), "Exception");
+    }
 
     #[derive(Debug, thiserror::Error)]
     #[error("outer failed")]

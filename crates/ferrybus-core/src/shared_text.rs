@@ -11,12 +11,22 @@ use std::sync::{LazyLock, Mutex, MutexGuard};
 /// How many values a [`TextCache`] keeps before it starts afresh.
 const CAPACITY: usize = 1024;
 
-/// Values by the text they were computed from (see the [module docs](self)); for `static`s.
-pub(crate) struct TextCache<V>(LazyLock<Mutex<HashMap<Box<str>, V>>>);
+/// Values by the text they were computed from, for `static`s: what is derived from a service's
+/// few destinations and message types (a parsed address, a metric label) is computed once; a
+/// full cache (1,024 texts) starts afresh, so unbounded texts (one reply queue per requester)
+/// never grow it forever.
+///
+/// ```
+/// use ferrybus_core::integration::TextCache;
+/// static LABELS: TextCache<std::sync::Arc<str>> = TextCache::new();
+/// let label = LABELS.get("Shop.Billing:InvoiceCreated", |t| t.replace(':', "_").into());
+/// assert_eq!(&*label, "Shop.Billing_InvoiceCreated");
+/// ```
+pub struct TextCache<V>(LazyLock<Mutex<HashMap<Box<str>, V>>>);
 
 impl<V: Clone> TextCache<V> {
     /// An empty cache.
-    pub(crate) const fn new() -> Self {
+    pub const fn new() -> Self {
         Self(LazyLock::new(Default::default))
     }
 
@@ -25,7 +35,7 @@ impl<V: Clone> TextCache<V> {
     }
 
     /// The value of `text`: the cached one, else `make(text)`, cached when it succeeds.
-    pub(crate) fn get_or_try<E>(
+    pub fn get_or_try<E>(
         &self,
         text: &str,
         make: impl FnOnce(&str) -> Result<V, E>,
@@ -43,7 +53,7 @@ impl<V: Clone> TextCache<V> {
     }
 
     /// The value of `text`: the cached one, else `make(text)`, cached.
-    pub(crate) fn get(&self, text: &str, make: impl FnOnce(&str) -> V) -> V {
+    pub fn get(&self, text: &str, make: impl FnOnce(&str) -> V) -> V {
         self.get_or_try(text, |text| Ok::<_, std::convert::Infallible>(make(text)))
             .unwrap_or_else(|never| match never {})
     }

@@ -2,7 +2,8 @@
 //! round-trip and alternative-syntax checks.
 
 use chrono::{DateTime, Utc};
-use ferrybus_core::{Envelope, HostInfo};
+use ferrybus_core::envelope::HostInfo;
+use ferrybus_core::Envelope;
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
 

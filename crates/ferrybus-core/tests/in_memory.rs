@@ -5,11 +5,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use ferrybus_core::consume::ConsumeOutcome;
+use ferrybus_core::endpoint::BoxEndpointService;
 use ferrybus_core::memory::{StoredMessage, TestHarness};
 use ferrybus_core::{
-    consumer_fn, BoxEndpointService, ConsumeContext, ConsumeError, ConsumeOutcome, Consumer,
-    Delivery, Envelope, Fault, Message, Publish, ReceiveFault, RetryPolicy, SendOptions,
-    SettlementKind,
+    consumer_fn, ConsumeContext, ConsumeError, Consumer, Delivery, Envelope, Fault, Message,
+    Publish, ReceiveFault, RetryPolicy, SendOptions, SettlementKind,
 };
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -528,10 +529,10 @@ struct Recorded<S> {
     layer: Record,
 }
 
-impl<S> tower::Service<ferrybus_core::ConsumeRequest> for Recorded<S>
+impl<S> tower::Service<ferrybus_core::consume::ConsumeRequest> for Recorded<S>
 where
     S: tower::Service<
-        ferrybus_core::ConsumeRequest,
+        ferrybus_core::consume::ConsumeRequest,
         Response = ConsumeOutcome,
         Error = ConsumeError,
     >,
@@ -547,7 +548,7 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, request: ferrybus_core::ConsumeRequest) -> Self::Future {
+    fn call(&mut self, request: ferrybus_core::consume::ConsumeRequest) -> Self::Future {
         let entry = format!("{}#{}", self.layer.name, request.attempt());
         self.layer.log.lock().unwrap().push(entry);
         self.inner.call(request)
@@ -739,12 +740,12 @@ impl tower::Layer<BoxEndpointService> for SettlementCounter {
 #[derive(Clone)]
 struct FakeInbox;
 
-impl tower::Layer<ferrybus_core::BoxConsumeService> for FakeInbox {
-    type Service = ferrybus_core::BoxConsumeService;
+impl tower::Layer<ferrybus_core::consume::BoxConsumeService> for FakeInbox {
+    type Service = ferrybus_core::consume::BoxConsumeService;
 
-    fn layer(&self, inner: ferrybus_core::BoxConsumeService) -> Self::Service {
-        ferrybus_core::BoxConsumeService::new(tower::service_fn(
-            move |request: ferrybus_core::ConsumeRequest| {
+    fn layer(&self, inner: ferrybus_core::consume::BoxConsumeService) -> Self::Service {
+        ferrybus_core::consume::BoxConsumeService::new(tower::service_fn(
+            move |request: ferrybus_core::consume::ConsumeRequest| {
                 let inner = inner.clone();
                 async move {
                     if request.received().envelope.message["total"] == "dup" {

@@ -47,7 +47,7 @@ use attrs::{args_type_name, parse_args, Args, TypeNameSource};
 /// | `entity_name` | `"order-placed"` | `[EntityName("order-placed")]` |
 /// | `fault_entity_name` | `"order-placed-faults"` | `[FaultEntityName("order-placed-faults")]` |
 /// | `implements` | `["Ns:IEvent", "Ns:BaseClass"]` (or a single string) | the base classes and interfaces the contract advertises, nearest base first |
-/// | `crate` | `"::my_reexport::ferrybus"` | the path of the crate that exports `Message`, `MessageType` and `TypeName` |
+/// | `crate` | `"::my_reexport::ferrybus"` | the path of the crate that exports `Message`, `MessageType` and `message::TypeName` |
 ///
 /// Either `namespace` or `type_name` is required. Every name is checked at compile time; a bad
 /// value, an unknown key, a repeated key or a generic type is a compile error.
@@ -134,7 +134,7 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
 
     let mut build = match type_name {
         TypeNameSource::Parts { namespace, name } => quote! {
-            #root::MessageType::new(#root::TypeName::new(#namespace, #name))
+            #root::MessageType::new(#root::message::TypeName::new(#namespace, #name))
         },
         TypeNameSource::Full(full) => {
             let msg = format!(
@@ -326,7 +326,7 @@ mod tests {
         });
         assert!(out.contains(":: my :: bus :: MessageType :: new"), "{out}");
         assert!(
-            out.contains("TypeName :: new (\"Ns\" , \"Event\")"),
+            out.contains("message :: TypeName :: new (\"Ns\" , \"Event\")"),
             "{out}"
         );
         assert!(out.contains("OnceLock"), "{out}");

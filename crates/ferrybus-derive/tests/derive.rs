@@ -1,6 +1,8 @@
 //! `#[derive(Message)]` against the real `ferrybus_core::MessageType`.
 
-use ferrybus_core::{Message, MessageType, TypeName};
+use ferrybus_core::{Message, MessageType};
+
+use ferrybus_core::message::TypeName;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, PartialEq, Serialize, Deserialize, Message)]

@@ -6,11 +6,14 @@ mod builder;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ferrybus_core::resilience::{Dependency, EndpointControl, EndpointState};
-use ferrybus_core::{
-    Background, BusConfig, EndpointConfig, HostAddress, MessageFactory, MessageOrigin, MessageSink,
-    OutgoingMessage, Publish, PublishError,
-};
+use ferrybus_core::address::HostAddress;
+use ferrybus_core::outgoing::MessageFactory;
+use ferrybus_core::outgoing::MessageOrigin;
+use ferrybus_core::outgoing::MessageSink;
+use ferrybus_core::outgoing::OutgoingMessage;
+use ferrybus_core::pause::{Dependency, EndpointControl, EndpointState};
+use ferrybus_core::storage::Background;
+use ferrybus_core::{BusConfig, EndpointConfig, Publish, PublishError};
 use tokio::sync::{broadcast, oneshot};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -21,8 +24,8 @@ use crate::endpoint::EndpointRunner;
 use crate::error::Result;
 use crate::event::{Event, Events};
 use crate::naming::temporary_queue_name;
-use crate::poison::{delivery_limit, DeliveryLimit};
 use crate::publish::Publisher;
+use crate::queue::QueueEndpointExt;
 use crate::request::ResponseEndpoint;
 use crate::settings::HostSettings;
 use crate::topology::QueueDecl;
@@ -244,13 +247,15 @@ impl RabbitMqBus {
             Vec::new()
         };
         let pipeline_cancel = CancellationToken::new();
-        let context = inner.config.endpoint_context(
+        let queue = endpoint.queue_options();
+        let mut context = inner.config.endpoint_context(
             endpoint,
             inner.host.entity_address(endpoint.name()),
             Arc::new(inner.publisher.clone()),
             inner.factory.clone(),
             pipeline_cancel.clone(),
         );
+        context.delivery_limit = queue.kept_delivery_limit();
         let service = endpoint.build(context);
         let connector = inner.connector.clone();
         service.control().set_probe(Dependency::Broker, move || {
@@ -259,14 +264,8 @@ impl RabbitMqBus {
         });
         self.controls()
             .push((endpoint.name().to_owned(), service.control().clone()));
-        let delivery_limit = delivery_limit(endpoint.queue()).map(|limit| DeliveryLimit {
-            limit,
-            input_address: inner.host.entity_address(endpoint.name()),
-            factory: inner.factory.clone(),
-            publish_faults: endpoint.publishes_faults(),
-        });
         EndpointRunner {
-            queue: QueueDecl::for_endpoint(endpoint.name(), endpoint.queue()),
+            queue: QueueDecl::for_endpoint(endpoint.name(), &queue),
             message_types,
             prefetch: endpoint.prefetch_count(),
             concurrency: endpoint.concurrency_limit(),
@@ -278,7 +277,6 @@ impl RabbitMqBus {
             delay_mode: inner.delay_mode,
             stop: inner.stop.clone(),
             shutdown_timeout: inner.shutdown_timeout,
-            delivery_limit,
         }
     }
 
@@ -339,7 +337,7 @@ impl RabbitMqBus {
 
 /// Publishes and sends with publisher confirms; waits up to the publish timeout for a
 /// connection while the broker is away, then fails with
-/// [`PublishErrorKind::NotConnected`](ferrybus_core::PublishErrorKind::NotConnected).
+/// [`PublishErrorKind::NotConnected`](ferrybus_core::error::PublishErrorKind::NotConnected).
 impl Publish for RabbitMqBus {
     fn message_factory(&self) -> &MessageFactory {
         &self.inner.factory

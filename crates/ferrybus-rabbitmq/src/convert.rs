@@ -2,7 +2,8 @@
 //! and inbound deliveries.
 
 use bytes::Bytes;
-use ferrybus_core::{Delivery, Headers, OutgoingMessage};
+use ferrybus_core::integration::OutgoingMessage;
+use ferrybus_core::{Delivery, Headers};
 use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
 use lapin::BasicProperties;
 use serde_json::{Map, Number, Value};
@@ -230,8 +231,26 @@ pub(crate) fn inbound(delivery: &lapin::message::Delivery, body: Bytes) -> Deliv
         priority: *p.priority(),
         reply_to: p.reply_to().as_ref().map(ToString::to_string),
         sequence_number: Some(delivery.delivery_tag),
+        delivery_count: delivery_count(delivery),
         extensions: http::Extensions::new(),
     }
+}
+
+/// The `x-delivery-count` header a quorum queue sets on redeliveries.
+fn delivery_count(delivery: &lapin::message::Delivery) -> Option<u32> {
+    let headers = delivery.properties.headers().as_ref()?;
+    let value = headers.inner().get("x-delivery-count")?;
+    let count = match value {
+        AMQPValue::LongLongInt(n) => *n,
+        AMQPValue::LongInt(n) => i64::from(*n),
+        AMQPValue::ShortInt(n) => i64::from(*n),
+        AMQPValue::LongUInt(n) => i64::from(*n),
+        AMQPValue::ShortUInt(n) => i64::from(*n),
+        AMQPValue::ShortShortInt(n) => i64::from(*n),
+        AMQPValue::ShortShortUInt(n) => i64::from(*n),
+        _ => return None,
+    };
+    u32::try_from(count).ok()
 }
 
 #[cfg(test)]
@@ -285,15 +304,18 @@ mod tests {
     }
 
     fn sample_message() -> OutgoingMessage {
-        let factory = ferrybus_core::MessageFactory::new(ferrybus_core::HostAddress::loopback());
+        let factory = ferrybus_core::outgoing::MessageFactory::new(
+            ferrybus_core::address::HostAddress::loopback(),
+        );
         factory
             .build(
                 &ferrybus_core::MessageType::new(
-                    ferrybus_core::TypeName::parse("urn:message:Shop:OrderPlaced").unwrap(),
+                    ferrybus_core::message::TypeName::parse("urn:message:Shop:OrderPlaced")
+                        .unwrap(),
                 ),
                 serde_json::json!({}),
                 "rabbitmq://localhost/Shop:OrderPlaced".into(),
-                &ferrybus_core::MessageOrigin::default(),
+                &ferrybus_core::outgoing::MessageOrigin::default(),
                 ferrybus_core::SendOptions::new(),
                 true,
             )

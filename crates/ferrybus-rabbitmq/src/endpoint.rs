@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use ferrybus_core::resilience::{Dependency, EndpointControl, EndpointState, PauseCause, Resume};
-use ferrybus_core::{Endpoint, Settlement};
+use ferrybus_core::integration::Endpoint;
+use ferrybus_core::pause::{Dependency, EndpointControl, EndpointState, PauseCause, Resume};
+use ferrybus_core::Settlement;
 use futures::StreamExt;
 use lapin::message::Delivery;
 use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
@@ -22,7 +23,6 @@ use crate::convert::inbound;
 use crate::delay::DelayMode;
 use crate::error::{RabbitMqError, Result};
 use crate::event::{Event, Events};
-use crate::poison::DeliveryLimit;
 use crate::publish::Publisher;
 use crate::settle::{settle, SettleContext};
 use crate::topology::{short, QueueDecl};
@@ -44,8 +44,6 @@ pub(crate) struct EndpointRunner {
     pub(crate) delay_mode: DelayMode,
     pub(crate) stop: CancellationToken,
     pub(crate) shutdown_timeout: Duration,
-    /// For quorum queues: deliveries seen this often go to `_error` without running.
-    pub(crate) delivery_limit: Option<DeliveryLimit>,
 }
 
 /// Why one consume session ended.
@@ -266,21 +264,11 @@ impl EndpointRunner {
         permit: OwnedSemaphorePermit,
     ) {
         let body = Bytes::from(std::mem::take(&mut delivery.data));
-        let over_limit = self
-            .delivery_limit
-            .as_ref()
-            .and_then(|limit| limit.exceeded(&delivery));
-        let settlement = match over_limit {
-            Some(settlement) => settlement,
-            None => {
-                let Ok(settlement) = self
-                    .service
-                    .clone()
-                    .oneshot(inbound(&delivery, body.clone()))
-                    .await;
-                settlement
-            }
-        };
+        let Ok(settlement) = self
+            .service
+            .clone()
+            .oneshot(inbound(&delivery, body.clone()))
+            .await;
         let abandoned = matches!(settlement, Settlement::Abandon);
         let ctx = SettleContext {
             live: &live,

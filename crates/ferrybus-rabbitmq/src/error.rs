@@ -3,7 +3,9 @@
 use std::error::Error as StdError;
 use std::fmt;
 
-use ferrybus_core::{BoxError, ConfigError, PublishError, PublishErrorKind};
+use ferrybus_core::bus::ConfigError;
+use ferrybus_core::error::{BoxError, PublishErrorKind};
+use ferrybus_core::PublishError;
 
 /// What went wrong, broadly. Match on it to decide whether to retry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -135,8 +137,8 @@ impl StdError for RabbitMqError {
     }
 }
 
-impl From<ferrybus_core::AddressError> for RabbitMqError {
-    fn from(error: ferrybus_core::AddressError) -> Self {
+impl From<ferrybus_core::address::AddressError> for RabbitMqError {
+    fn from(error: ferrybus_core::address::AddressError) -> Self {
         Self::with_source(ErrorKind::Address, "cannot use the address", error)
     }
 }

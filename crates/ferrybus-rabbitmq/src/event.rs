@@ -63,7 +63,7 @@ pub enum Event {
     EndpointPaused {
         /// The queue.
         queue: String,
-        /// Why, as [`PauseCause::as_str`](ferrybus_core::resilience::PauseCause::as_str):
+        /// Why, as [`PauseCause::as_str`](ferrybus_core::pause::PauseCause::as_str):
         /// `transient:storage`, `transient:broker`, `kill-switch` …
         cause: String,
         /// What failed, in one line.

@@ -22,7 +22,7 @@
 //! ```no_run
 //! use std::time::Duration;
 //! use ferrybus_core::{consumer_fn, ConsumeContext, ConsumeError, Message, MessageType, Publish, RetryPolicy};
-//! use ferrybus_rabbitmq::{naming::endpoint_name, Event, RabbitMqBus};
+//! use ferrybus_rabbitmq::{naming::endpoint_name, Event, QueueEndpointExt, RabbitMqBus};
 //! use serde::{Deserialize, Serialize};
 //!
 //! #[derive(Debug, Serialize, Deserialize)]
@@ -76,8 +76,8 @@ mod endpoint;
 mod error;
 mod event;
 pub mod naming;
-mod poison;
 mod publish;
+mod queue;
 mod request;
 mod settings;
 mod settle;
@@ -88,5 +88,6 @@ pub use convert::republish_properties;
 pub use delay::DelayMode;
 pub use error::{ErrorKind, RabbitMqError, Result};
 pub use event::Event;
+pub use queue::{QueueEndpointExt, QueueOptions, QueueType, DEFAULT_QUORUM_DELIVERY_LIMIT};
 pub use request::{RequestClient, Response};
 pub use settings::{redact, HostSettings};

@@ -1,7 +1,8 @@
 //! Names MassTransit derives: z-base-32 ids, the bus (temporary) queue name, kebab-case endpoint
 //! names.
 
-use ferrybus_core::{kebab_case, short_type_name, HostInfo};
+use ferrybus_core::envelope::HostInfo;
+use ferrybus_core::message::{kebab_case, short_type_name};
 use uuid::Uuid;
 
 const ZBASE32: &[u8; 32] = b"ybndrfg8ejkmcpqxot1uwisza345h769";

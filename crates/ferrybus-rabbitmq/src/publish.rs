@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use ferrybus_core::instrument::{SendInstrument, ACTIVITY_ID_HEADER};
-use ferrybus_core::{EndpointAddress, MessageSink, OutgoingMessage, PublishError, DIRECT_REPLY_TO};
-use opentelemetry::context::FutureExt as _;
+use ferrybus_core::address::DIRECT_REPLY_TO;
+use ferrybus_core::integration::{EndpointAddress, MessageSink, OutgoingMessage};
+use ferrybus_core::PublishError;
 
 use std::time::Duration;
 
@@ -47,8 +47,7 @@ impl Publisher {
     }
 
     /// Sends one message and waits for the broker's confirm, inside its `<destination> send`
-    /// span, whose context it writes into the transport's `MT-Activity-Id` (see
-    /// [`ferrybus_core::instrument`]).
+    /// span (feature `otel`), whose context it writes into the transport's `MT-Activity-Id`.
     pub(crate) async fn send(&self, message: &OutgoingMessage) -> Result<()> {
         let timeout = self.connector.publish_timeout();
         traced(message, |address, activity_id| async move {
@@ -149,7 +148,7 @@ impl Publisher {
         if let Some(activity_id) = activity_id {
             let mut headers = properties.headers().clone().unwrap_or_default();
             headers.insert(
-                ACTIVITY_ID_HEADER.into(),
+                "MT-Activity-Id".into(),
                 AMQPValue::LongString(activity_id.into()),
             );
             properties = properties.with_headers(headers);
@@ -191,13 +190,17 @@ impl Publisher {
 
 /// Runs one send of `message` inside its `<destination> send` span: `send` gets the destination
 /// and the span's `MT-Activity-Id`; the span ends with the outcome.
+/// Runs `send` for `message` inside its `<destination> send` span (feature `otel`), with the
+/// span's context as the `MT-Activity-Id` to write into the transport headers.
+#[cfg(feature = "otel")]
 async fn traced<F, Fut>(message: &OutgoingMessage, send: F) -> Result<()>
 where
     F: FnOnce(Arc<EndpointAddress>, Option<String>) -> Fut,
     Fut: std::future::Future<Output = Result<()>>,
 {
+    use opentelemetry::context::FutureExt as _;
     let address = message.destination()?;
-    let instrument = SendInstrument::start(message, &address.name, "rabbitmq");
+    let instrument = ferrybus_otel::SendInstrument::start(message, &address.name, "rabbitmq");
     let activity_id = instrument.activity_id();
     let result = send(address, activity_id)
         .with_context(instrument.context().clone())
@@ -210,6 +213,17 @@ where
         }
     }
     result
+}
+
+/// Runs `send` for `message` (no send span without the `otel` feature; the message's own
+/// `MT-Activity-Id`, if any, travels in its headers).
+#[cfg(not(feature = "otel"))]
+async fn traced<F, Fut>(message: &OutgoingMessage, send: F) -> Result<()>
+where
+    F: FnOnce(Arc<EndpointAddress>, Option<String>) -> Fut,
+    Fut: std::future::Future<Output = Result<()>>,
+{
+    send(message.destination()?, None).await
 }
 
 #[async_trait]

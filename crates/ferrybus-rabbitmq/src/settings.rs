@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use ferrybus_core::HostAddress;
+use ferrybus_core::integration::HostAddress;
 use url::Url;
 
 use crate::error::{ErrorKind, RabbitMqError, Result};

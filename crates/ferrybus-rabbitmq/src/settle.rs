@@ -1,7 +1,8 @@
 //! Settling a delivery: the one place where acks, nacks, moves and fault publishes happen.
 
 use bytes::Bytes;
-use ferrybus_core::{Faulted, Headers, Settlement};
+use ferrybus_core::integration::Faulted;
+use ferrybus_core::{Headers, Settlement};
 use lapin::message::Delivery;
 use lapin::options::{BasicAckOptions, BasicNackOptions};
 use lapin::BasicProperties;

@@ -3,7 +3,9 @@
 use std::collections::HashSet;
 use std::sync::Mutex;
 
-use ferrybus_core::{EndpointAddress, QueueOptions, QueueType};
+use ferrybus_core::integration::EndpointAddress;
+
+use crate::queue::{QueueOptions, QueueType};
 use lapin::options::{
     ExchangeBindOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
 };

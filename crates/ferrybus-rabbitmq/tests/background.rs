@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use ferrybus_core::{consumer_fn, MessageOrigin, Publish, PublishErrorKind, SendOptions};
+use ferrybus_core::error::PublishErrorKind;
+use ferrybus_core::outgoing::MessageOrigin;
+use ferrybus_core::{consumer_fn, Publish, SendOptions};
 use ferrybus_rabbitmq::{ErrorKind, Event, RabbitMqBus, RabbitMqError};
 use ferrybus_testing::{
     amqp_url, broker_socket, init_tracing, unique, wait_event, Probe, TcpProxy, WAIT,

@@ -4,6 +4,7 @@
 
 mod common;
 
+use ferrybus_rabbitmq::QueueEndpointExt;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

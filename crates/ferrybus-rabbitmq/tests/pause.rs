@@ -6,14 +6,15 @@
 
 mod common;
 
+use ferrybus_rabbitmq::QueueEndpointExt;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use ferrybus_core::resilience::{KillSwitchLayer, KillSwitchOptions};
 use ferrybus_core::{consumer_fn, ConsumeContext, ConsumeError, Publish, RetryPolicy};
 use ferrybus_rabbitmq::{Event, RabbitMqBus};
+use ferrybus_resilience::{KillSwitchLayer, KillSwitchOptions};
 use ferrybus_testing::{amqp_url, eventually, header_str, unique, wait_event, Probe, WAIT};
 use lapin::options::BasicGetOptions;
 use lapin::types::FieldTable;

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use uuid::Uuid;
 
-use ferrybus_core::consumer::ConsumeContext;
+use ferrybus_core::consume::ConsumeContext;
 use ferrybus_core::message::Message;
 
 /// A message that carries the id of the instance it belongs to (MassTransit's

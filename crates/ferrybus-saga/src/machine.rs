@@ -20,7 +20,7 @@ use ferrybus_core::envelope::Envelope;
 use ferrybus_core::error::ConsumeError;
 use ferrybus_core::message::{kebab_case, Message};
 use ferrybus_core::outgoing::{MessageOrigin, OutgoingMessage, SendOptions};
-use ferrybus_core::publish::PublishError;
+use ferrybus_core::PublishError;
 
 /// What happens to an event the instance's current state does not handle (MassTransit's
 /// `OnUnhandledEvent`).

@@ -21,7 +21,8 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use ferrybus_core::{ConsumeError, ConsumeRequest};
+use ferrybus_core::consume::ConsumeRequest;
+use ferrybus_core::ConsumeError;
 use sea_orm::prelude::Decimal;
 use sea_orm::sea_query::ExprTrait;
 use sea_orm::sea_query::{

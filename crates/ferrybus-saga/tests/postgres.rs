@@ -4,7 +4,8 @@
 //! lose no update (optimistic and pessimistic), an instance .NET left mid-way is taken over.
 
 use ferrybus_core::memory::TestHarness;
-use ferrybus_core::{ConsumeError, Message, Publish, SendOptions, SettlementKind, Storage};
+use ferrybus_core::storage::Storage;
+use ferrybus_core::{ConsumeError, Message, Publish, SendOptions, SettlementKind};
 use ferrybus_saga::postgres::{ColumnType, Concurrency, PostgresSagaRepository, SagaTable};
 use ferrybus_saga::{Event, SagaEndpointExt, StateMachine};
 use ferrybus_sea_orm::NamingStyle;

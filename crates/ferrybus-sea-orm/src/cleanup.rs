@@ -6,7 +6,7 @@ use chrono::Utc;
 use sea_orm::{ConnectionTrait, DatabaseConnection};
 use tokio_util::sync::CancellationToken;
 
-use ferrybus_core::Background;
+use ferrybus_core::storage::Background;
 
 use crate::background::sleep_or_cancel;
 use crate::config::StorageConfig;

@@ -17,7 +17,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ferrybus_core::Background;
+use ferrybus_core::storage::Background;
 use sea_orm::sqlx::pool::PoolConnection;
 use sea_orm::sqlx::{PgPool, Postgres};
 use sea_orm::DatabaseConnection;

@@ -2,7 +2,8 @@
 //! under the inbox row lock. Shared by the inbox layer and the sweeper.
 
 use chrono::Utc;
-use ferrybus_core::{OutgoingMessage, SharedSink};
+use ferrybus_core::outgoing::OutgoingMessage;
+use ferrybus_core::outgoing::SharedSink;
 use sea_orm::{ConnectionTrait, FromQueryResult};
 use uuid::Uuid;
 

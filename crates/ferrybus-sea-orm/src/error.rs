@@ -2,7 +2,13 @@
 
 use std::fmt;
 
-use ferrybus_core::{BoxError, ConsumeError, ConsumeErrorKind, PublishError, PublishErrorKind};
+use ferrybus_core::{ConsumeError, PublishError};
+
+use ferrybus_core::error::BoxError;
+
+use ferrybus_core::error::ConsumeErrorKind;
+
+use ferrybus_core::error::PublishErrorKind;
 use sea_orm::DbErr;
 
 /// What kind of failure a [`StoreError`] is.
@@ -55,7 +61,7 @@ impl StoreErrorKind {
 /// assert_eq!(err.kind(), StoreErrorKind::Config);
 /// assert_eq!(err.to_string(), "configuration error: no such table");
 /// let consume = err.into_consume_error();
-/// assert_eq!(consume.kind(), ferrybus_core::ConsumeErrorKind::Storage);
+/// assert_eq!(consume.kind(), ferrybus_core::error::ConsumeErrorKind::Storage);
 /// ```
 pub struct StoreError {
     kind: StoreErrorKind,

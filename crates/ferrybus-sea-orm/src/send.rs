@@ -1,6 +1,10 @@
 //! Sending outbox rows through a sink, in sequence order.
 
-use ferrybus_core::{PublishError, PublishErrorKind, SharedSink};
+use ferrybus_core::PublishError;
+
+use ferrybus_core::error::PublishErrorKind;
+
+use ferrybus_core::outgoing::SharedSink;
 use futures::stream::{FuturesOrdered, StreamExt};
 use futures::FutureExt;
 
@@ -83,7 +87,7 @@ async fn send_row(
             let result = sink.deliver(message).await;
             // MassTransit's `outbox.delivery` (`StartOutboxDeliveryInstrument`).
             let error = result.as_ref().err().map(|e| format!("{:?}", e.kind()));
-            ferrybus_core::instrument::record_outbox_delivery(
+            ferrybus_otel::record_outbox_delivery(
                 &destination,
                 error.as_deref(),
                 source == SendSource::Sweeper,

@@ -5,8 +5,12 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use ferrybus_core::resilience::Dependency;
-use ferrybus_core::{Background, BoxBatchLayer, BoxConsumeLayer, BoxError, SharedSink, Storage};
+use ferrybus_core::consume::BoxConsumeLayer;
+use ferrybus_core::error::BoxError;
+use ferrybus_core::outgoing::SharedSink;
+use ferrybus_core::pause::Dependency;
+use ferrybus_core::storage::Background;
+use ferrybus_core::storage::Storage;
 use sea_orm::{ConnectionTrait, DatabaseConnection};
 use uuid::Uuid;
 
@@ -15,7 +19,7 @@ use crate::config::{StorageConfig, Tables};
 use crate::connections::Connections;
 use crate::delivery::{DeliveryConfig, OutboxDeliveryService};
 use crate::error::StoreError;
-use crate::inbox::{BatchInboxLayer, Handoff, InboxConfig, InboxLayer};
+use crate::inbox::{Handoff, InboxConfig, InboxLayer};
 use crate::migrate::Migrator;
 
 /// The inbox, consumer outbox and bus outbox on PostgreSQL, on MassTransit's tables: give it to a
@@ -405,13 +409,22 @@ impl Storage for PostgresStorage {
         ))
     }
 
-    fn batch_inbox_layer(&self) -> Option<BoxBatchLayer> {
-        let config = self.inbox.clone().with_storage(self.config());
-        Some(BoxBatchLayer::new(BatchInboxLayer::new(
-            self.connections.clone(),
-            config,
-            self.handoff.clone(),
-        )))
+    /// The batch inbox (`ferrybus_batch::BatchInbox`, feature `batch`).
+    fn add_on(&self, type_id: std::any::TypeId) -> Option<Box<dyn std::any::Any + Send + Sync>> {
+        #[cfg(feature = "batch")]
+        if type_id == std::any::TypeId::of::<ferrybus_batch::BatchInbox>() {
+            let config = self.inbox.clone().with_storage(self.config());
+            let layer = crate::inbox::BatchInboxLayer::new(
+                self.connections.clone(),
+                config,
+                self.handoff.clone(),
+            );
+            return Some(Box::new(ferrybus_batch::BatchInbox(
+                ferrybus_batch::BoxBatchLayer::new(layer),
+            )));
+        }
+        let _ = type_id;
+        None
     }
 
     fn start(&self, sink: SharedSink) -> Background {

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use chrono::Utc;
-use ferrybus_core::SharedSink;
+use ferrybus_core::outgoing::SharedSink;
 use sea_orm::{ConnectionTrait, DatabaseConnection, FromQueryResult};
 
 use crate::consumer_outbox::{self, InboxKey};

@@ -1,10 +1,10 @@
 //! Which database errors are transient infrastructure failures (the hook of core's
-//! [`Storage::classify`](ferrybus_core::Storage::classify)): the endpoint pauses on them until
+//! [`Storage::classify`](ferrybus_core::storage::Storage::classify)): the endpoint pauses on them until
 //! PostgreSQL answers again, instead of spending its retries.
 
 use std::error::Error as StdError;
 
-use ferrybus_core::resilience::Dependency;
+use ferrybus_core::pause::Dependency;
 use sea_orm::sqlx;
 use sea_orm::{ConnAcquireErr, DbErr, RuntimeErr};
 
@@ -14,7 +14,7 @@ use sea_orm::{ConnAcquireErr, DbErr, RuntimeErr};
 /// wrapped in a [`DbErr`] or not.
 ///
 /// ```
-/// use ferrybus_core::resilience::Dependency;
+/// use ferrybus_core::pause::Dependency;
 /// use ferrybus_sea_orm::is_transient;
 /// use sea_orm::{ConnAcquireErr, DbErr};
 /// assert_eq!(is_transient(&DbErr::ConnectionAcquire(ConnAcquireErr::Timeout)), Some(Dependency::Storage));

@@ -10,9 +10,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::TestDb;
+use ferrybus_batch::Batch;
+use ferrybus_batch::BatchCompletionMode;
+use ferrybus_batch::BatchEndpointExt;
+use ferrybus_batch::BatchOptions;
 use ferrybus_core::{
-    consumer_fn, Batch, BatchCompletionMode, BatchOptions, ConsumeContext, ConsumeError, Message,
-    MessageType, Publish, RetryPolicy, SendOptions,
+    consumer_fn, ConsumeContext, ConsumeError, Message, MessageType, Publish, RetryPolicy,
+    SendOptions,
 };
 use ferrybus_rabbitmq::{Event, RabbitMqBus, RabbitMqBusBuilder};
 use ferrybus_sea_orm::TransactionExt;

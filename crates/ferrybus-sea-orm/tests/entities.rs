@@ -6,7 +6,8 @@
 use std::sync::OnceLock;
 
 use chrono::{DurationRound, TimeDelta, Utc};
-use ferrybus_core::{HostAddress, Message, MessageType, Publish};
+use ferrybus_core::address::HostAddress;
+use ferrybus_core::{Message, MessageType, Publish};
 use ferrybus_sea_orm::entity::{dotnet, inbox_state, outbox_message, outbox_state, Retarget};
 use ferrybus_sea_orm::{migrate, status, BusOutbox, StoreErrorKind, Tables};
 use ferrybus_testing::{database_url, Shape, TestSchema};
@@ -518,7 +519,9 @@ async fn migrations_run_from_a_users_migrator() {
     AppMigrator::up(&db, None).await.unwrap();
     // The storage runs on the tables the user's migrator created.
     let storage = ferrybus_sea_orm::PostgresStorage::new(db.clone()).tables(tables.clone());
-    ferrybus_core::Storage::prepare(&storage).await.unwrap();
+    ferrybus_core::storage::Storage::prepare(&storage)
+        .await
+        .unwrap();
 
     AppMigrator::down(&db, None).await.unwrap();
     let report = migrate::check(&db, &tables).await.unwrap();

@@ -8,10 +8,17 @@ use std::process::Stdio;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use ferrybus_core::consume::BoxConsumeLayer;
+use ferrybus_core::error::BoxError;
+use ferrybus_core::outgoing::MessageFactory;
+use ferrybus_core::outgoing::MessageOrigin;
+use ferrybus_core::outgoing::MessageSink;
+use ferrybus_core::outgoing::OutgoingMessage;
+use ferrybus_core::outgoing::SharedSink;
+use ferrybus_core::storage::Background;
+use ferrybus_core::storage::Storage;
 use ferrybus_core::{
-    consumer_fn, Background, BoxConsumeLayer, BoxError, ConsumeContext, ConsumeError, Message,
-    MessageFactory, MessageOrigin, MessageSink, MessageType, OutgoingMessage, PublishError,
-    SendOptions, SharedSink, Storage,
+    consumer_fn, ConsumeContext, ConsumeError, Message, MessageType, PublishError, SendOptions,
 };
 use ferrybus_rabbitmq::{Event, RabbitMqBus};
 use ferrybus_sea_orm::PostgresStorage;
@@ -153,7 +160,7 @@ async fn a_killed_service_leaves_nothing_undelivered() {
         .unwrap();
     // Sending to `queue:<sink>` declares the sink's exchange too.
     probe.track(&[], &[&queue, &sink]);
-    let factory = MessageFactory::new(ferrybus_core::HostAddress::new(
+    let factory = MessageFactory::new(ferrybus_core::address::HostAddress::new(
         "rabbitmq",
         "localhost",
         None,

@@ -9,11 +9,19 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use common::{InvoiceCreated, OrderPlaced, TestDb};
+use ferrybus_core::consume::BoxConsumeLayer;
+use ferrybus_core::consume::ConsumeRequest;
+use ferrybus_core::error::BoxError;
+use ferrybus_core::error::PublishErrorKind;
 use ferrybus_core::memory::TestHarness;
+use ferrybus_core::outgoing::MessageSink;
+use ferrybus_core::outgoing::OutgoingMessage;
+use ferrybus_core::outgoing::SharedSink;
+use ferrybus_core::storage::Background;
+use ferrybus_core::storage::Storage;
 use ferrybus_core::{
-    consumer_fn, Background, BoxConsumeLayer, BoxError, ConsumeContext, ConsumeError,
-    ConsumeRequest, EndpointConfig, MessageSink, OutgoingMessage, Publish, PublishError,
-    PublishErrorKind, RetryPolicy, SendOptions, SettlementKind, SharedSink, Storage,
+    consumer_fn, ConsumeContext, ConsumeError, EndpointConfig, Publish, PublishError, RetryPolicy,
+    SendOptions, SettlementKind,
 };
 use ferrybus_sea_orm::{PostgresStorage, TransactionExt};
 use ferrybus_testing::{settlements, wait_settled};
@@ -552,7 +560,7 @@ async fn dotnet_consumer_id_is_used() {
         .await
         .unwrap();
     harness.consumed(id).await.unwrap();
-    let expected = ferrybus_core::consumer_id(
+    let expected = ferrybus_core::message::consumer_id(
         "Billing.Consumers.InvoiceConsumer",
         "Billing.Contracts.OrderPlaced",
         QUEUE,

@@ -10,10 +10,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use common::{InvoiceCreated, OrderPlaced, RecordingSink, TestDb};
-use ferrybus_core::{
-    Envelope, HostAddress, MessageSink, OutgoingMessage, Publish, PublishError, PublishErrorKind,
-    SendOptions, Storage,
-};
+use ferrybus_core::address::HostAddress;
+use ferrybus_core::error::PublishErrorKind;
+use ferrybus_core::outgoing::MessageSink;
+use ferrybus_core::outgoing::OutgoingMessage;
+use ferrybus_core::storage::Storage;
+use ferrybus_core::{Envelope, Publish, PublishError, SendOptions};
 use ferrybus_sea_orm::testing::{pending_bus_outbox, wait_until_outbox_drained};
 use ferrybus_sea_orm::{BusOutbox, PostgresStorage};
 use ferrybus_testing::{eventually, Shape, WAIT};

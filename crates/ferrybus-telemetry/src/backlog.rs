@@ -2,7 +2,7 @@
 
 use std::sync::OnceLock;
 
-use ferrybus_core::Storage as _;
+use ferrybus_core::storage::Storage as _;
 use ferrybus_sea_orm::{status, PostgresStorage};
 use opentelemetry::metrics::Gauge;
 use opentelemetry::KeyValue;
@@ -24,7 +24,7 @@ struct Gauges {
 fn gauges() -> &'static Gauges {
     static GAUGES: OnceLock<Gauges> = OnceLock::new();
     GAUGES.get_or_init(|| {
-        let meter = opentelemetry::global::meter(ferrybus_core::instrument::SCOPE);
+        let meter = opentelemetry::global::meter(ferrybus_otel::SCOPE);
         Gauges {
             pending: meter
                 .i64_gauge(OUTBOX_PENDING)

@@ -6,7 +6,7 @@
 //! |---|---|---|
 //! | `broker` | the bus has no open connection, or is stopped | |
 //! | `endpoint:<queue>` | | it is paused (for a dependency's outage, or by hand) |
-//! | `database` | the storage's probe gets no answer ([`Storage::probe`](ferrybus_core::Storage::probe)) | |
+//! | `database` | the storage's probe gets no answer ([`Storage::probe`](ferrybus_core::storage::Storage::probe)) | |
 //! | `outbox` | | more messages wait than the threshold, or the oldest waits longer |
 //!
 //! The whole is the worst of its parts.
@@ -139,7 +139,7 @@ impl Health {
         })
     }
 
-    /// The database behind `storage` ([`Storage::probe`](ferrybus_core::Storage::probe)) and
+    /// The database behind `storage` ([`Storage::probe`](ferrybus_core::storage::Storage::probe)) and
     /// its outbox backlog against `backlog`; the backlog is also recorded as the
     /// `ferrybus.outbox.pending` and `ferrybus.outbox.oldest_age` gauges.
     ///
@@ -205,7 +205,7 @@ fn rabbitmq_parts(bus: &ferrybus_rabbitmq::RabbitMqBus) -> Vec<PartHealth> {
     for (queue, state) in bus.endpoint_states() {
         let name = format!("endpoint:{queue}");
         parts.push(match state {
-            ferrybus_core::resilience::EndpointState::Paused(paused) => PartHealth::new(
+            ferrybus_core::pause::EndpointState::Paused(paused) => PartHealth::new(
                 name,
                 HealthStatus::Degraded,
                 format!("paused ({:?}): {}", paused.cause, paused.reason),

@@ -192,6 +192,8 @@ impl Telemetry {
         }
         let meters = meters.build();
         opentelemetry::global::set_meter_provider(meters.clone());
+        // Messages built anywhere (a bus outbox in an HTTP handler too) carry their trace.
+        ferrybus_otel::install();
 
         let mut tracers = None;
         if config.traces_endpoint.is_some() || !config.span_exporters.is_empty() {
@@ -253,8 +255,7 @@ impl Telemetry {
         S: tracing::Subscriber + for<'span> tracing_subscriber::registry::LookupSpan<'span>,
     {
         self.tracers.as_ref().map(|provider| {
-            tracing_opentelemetry::layer()
-                .with_tracer(provider.tracer(ferrybus_core::instrument::SCOPE))
+            tracing_opentelemetry::layer().with_tracer(provider.tracer(ferrybus_otel::SCOPE))
         })
     }
 

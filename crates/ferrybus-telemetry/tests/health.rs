@@ -80,14 +80,14 @@ async fn the_database_and_the_outbox_backlog_are_parts_of_the_health() {
     // One bus-outbox message waiting, with a threshold of none: degraded, with the reason.
     let outbox = ferrybus_sea_orm::BusOutbox::new(
         &storage,
-        ferrybus_core::HostAddress::new("rabbitmq", "localhost", None, "/"),
+        ferrybus_core::address::HostAddress::new("rabbitmq", "localhost", None, "/"),
     );
     // Written inside a trace (an HTTP handler's span): the row keeps it in its headers, as
     // MassTransit's outbox does, for the delivery to continue it.
     use ferrybus_core::Publish as _;
     use opentelemetry::trace::TraceContextExt as _;
     let traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-    let remote = ferrybus_core::instrument::parse_traceparent(traceparent).unwrap();
+    let remote = ferrybus_otel::parse_traceparent(traceparent).unwrap();
     let cx = opentelemetry::Context::new().with_remote_span_context(remote);
     let publisher = outbox.on(storage.db());
     let written = {

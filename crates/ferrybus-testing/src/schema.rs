@@ -1,7 +1,7 @@
 //! [`TestSchema`]: a fresh PostgreSQL schema holding MassTransit's tables in one of the
 //! [`Shape`]s .NET services create, dropped when the test is done.
 
-use ferrybus_core::Storage;
+use ferrybus_core::storage::Storage;
 use ferrybus_sea_orm::{Migrator, NamingStyle, PostgresStorage, Tables};
 use sea_orm::{
     ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, Statement,

@@ -4,14 +4,23 @@
 //! topology, error and skipped queues and `Fault<T>` messages, and shares its EF Core inbox and
 //! outbox tables on PostgreSQL, so the .NET services around it cannot tell it from one of their own.
 //!
-//! This crate is the facade: it re-exports [`ferrybus_core`] at its root, and the transport and
-//! storage crates as modules behind features:
+//! This crate is the facade: it re-exports [`ferrybus_core`] at its root, and the transport, the
+//! storage and each add-on as a module behind a feature:
 //!
 //! | feature | module | crate |
 //! |---|---|---|
-//! | `rabbitmq` (default) | [`rabbitmq`] | `ferrybus-rabbitmq`: the lapin transport |
-//! | `sea-orm` (default) | [`sea_orm`] | `ferrybus-sea-orm`: inbox, consumer outbox, bus outbox on PostgreSQL |
+//! | `rabbitmq` (default) | `rabbitmq` | `ferrybus-rabbitmq`: the lapin transport |
+//! | `sea-orm` (default) | `sea_orm` | `ferrybus-sea-orm`: inbox, consumer outbox, bus outbox on PostgreSQL |
 //! | `derive` (default) | `#[derive(Message)]` | `ferrybus-derive` |
+//! | `otel` (default) | `otel` | `ferrybus-otel`: MassTransit's spans and metrics on every endpoint, consumer and send |
+//! | `saga` | `saga` | `ferrybus-saga`: state machine sagas (on PostgreSQL with `sea-orm`) |
+//! | `batch` | `batch` | `ferrybus-batch`: batch consumers (their inbox on PostgreSQL with `sea-orm`) |
+//! | `resilience` | `resilience` | `ferrybus-resilience`: kill switch, circuit breaker, rate limit |
+//! | `telemetry` | `telemetry` | `ferrybus-telemetry`: OTLP export from `OTEL_*`, `/metrics`, `/health/*` |
+//!
+//! A consumer-only service compiles only what it asks for: with `default-features = false,
+//! features = ["rabbitmq", "derive"]` there is no saga, batch, resilience or OpenTelemetry code in
+//! its build.
 //!
 //! ```
 //! use ferrybus::memory::TestHarness;
@@ -61,6 +70,18 @@ pub use ferrybus_sea_orm as sea_orm;
 /// State machine sagas (feature `saga`).
 #[cfg(feature = "saga")]
 pub use ferrybus_saga as saga;
+
+/// Batch consumers (feature `batch`).
+#[cfg(feature = "batch")]
+pub use ferrybus_batch as batch;
+
+/// Kill switch, circuit breaker and rate limit endpoint layers (feature `resilience`).
+#[cfg(feature = "resilience")]
+pub use ferrybus_resilience as resilience;
+
+/// MassTransit's spans and metrics (feature `otel`).
+#[cfg(feature = "otel")]
+pub use ferrybus_otel as otel;
 
 /// OpenTelemetry setup from `OTEL_*`, `/metrics` and `/health/*` (feature `telemetry`).
 #[cfg(feature = "telemetry")]

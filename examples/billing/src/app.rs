@@ -1,12 +1,14 @@
 //! [`Billing`]: the whole service in one configuration tree — storage, both endpoints, the bus —
 //! and the endpoint configurations the tests reuse.
 
+use ferrybus::rabbitmq::QueueEndpointExt;
 use std::time::Duration;
 
 use example_contracts::{OrderPlaced, PaymentCaptured, PaymentRefunded};
+use ferrybus::error::BoxError;
 use ferrybus::rabbitmq::RabbitMqBus;
 use ferrybus::sea_orm::PostgresStorage;
-use ferrybus::{BoxError, Consumer, EndpointConfig, RetryPolicy};
+use ferrybus::{Consumer, EndpointConfig, RetryPolicy};
 use ferrybus_telemetry::{BacklogThreshold, Health};
 use sea_orm::{ConnectOptions, Database, DatabaseConnection, DbErr};
 

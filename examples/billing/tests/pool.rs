@@ -9,7 +9,10 @@ use std::collections::HashMap;
 
 use example_billing::{Billing, Config};
 use example_contracts::OrderPlaced;
-use ferrybus::{HostAddress, MessageFactory, MessageOrigin, SendOptions};
+use ferrybus::address::HostAddress;
+use ferrybus::outgoing::MessageFactory;
+use ferrybus::outgoing::MessageOrigin;
+use ferrybus::SendOptions;
 use ferrybus_testing::{amqp_url, database_url, eventually, mt_properties, unique, Probe, WAIT};
 use sea_orm::{ConnectionTrait, Database, DatabaseConnection, DbBackend, Statement};
 use uuid::Uuid;

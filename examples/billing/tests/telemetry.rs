@@ -11,8 +11,11 @@ use std::sync::OnceLock;
 
 use example_billing::{Billing, Config};
 use example_contracts::OrderPlaced;
+use ferrybus::address::HostAddress;
+use ferrybus::outgoing::MessageFactory;
+use ferrybus::outgoing::MessageOrigin;
 use ferrybus::rabbitmq::RabbitMqBus;
-use ferrybus::{HostAddress, MessageFactory, MessageOrigin, Publish, SendOptions};
+use ferrybus::{Publish, SendOptions};
 use ferrybus_telemetry::{Telemetry, TelemetryConfig};
 use ferrybus_testing::{amqp_url, database_url, eventually, mt_properties, unique, Probe, WAIT};
 use lapin::types::{AMQPValue, FieldTable};
@@ -151,7 +154,7 @@ async fn a_dotnet_trace_continues_through_billing_into_invoice_created() {
         .headers
         .get("MT-Activity-Id")
         .expect("InvoiceCreated carries MT-Activity-Id");
-    let sent = ferrybus::instrument::parse_traceparent(activity).expect("a W3C traceparent");
+    let sent = ferrybus::otel::parse_traceparent(activity).expect("a W3C traceparent");
     let trace = TraceId::from_hex(TRACE).unwrap();
     assert_eq!(sent.trace_id(), trace, "{activity}");
     assert_ne!(sent.span_id(), SpanId::from_hex(PARENT_SPAN).unwrap());

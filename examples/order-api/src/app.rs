@@ -3,9 +3,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use ferrybus::error::BoxError;
 use ferrybus::rabbitmq::RabbitMqBus;
 use ferrybus::sea_orm::{BusOutbox, PostgresStorage};
-use ferrybus::BoxError;
 use sea_orm::{ConnectOptions, Database};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;

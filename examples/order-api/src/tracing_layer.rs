@@ -5,7 +5,7 @@
 use axum::extract::Request;
 use axum::middleware::Next;
 use axum::response::Response;
-use ferrybus::instrument::{parse_traceparent, TRACEPARENT_HEADER};
+use ferrybus::otel::{parse_traceparent, TRACEPARENT_HEADER};
 use opentelemetry::context::FutureExt as _;
 use opentelemetry::trace::{SpanKind, TraceContextExt as _, Tracer as _};
 use opentelemetry::{global, Context, KeyValue};

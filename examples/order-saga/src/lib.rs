@@ -15,11 +15,12 @@
 use std::time::Duration;
 
 use example_contracts::{InvoiceCreated, OrderItemAdded, OrderShipped, OrderSubmitted};
+use ferrybus::error::BoxError;
 use ferrybus::rabbitmq::RabbitMqBus;
 use ferrybus::saga::postgres::{ColumnType, Concurrency, PostgresSagaRepository, SagaTable};
 use ferrybus::saga::{Event, SagaEndpointExt, StateMachine};
 use ferrybus::sea_orm::{PostgresStorage, Tables};
-use ferrybus::{BoxError, EndpointConfig, RetryPolicy};
+use ferrybus::{EndpointConfig, RetryPolicy};
 use sea_orm::{ConnectOptions, Database, DatabaseConnection};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;

@@ -14,7 +14,10 @@
 use std::sync::{Arc, Mutex};
 
 use example_contracts::{InvoiceCreated, OrderPlaced, PaymentCaptured};
-use ferrybus_core::{MessageFactory, MessageOrigin, OutgoingMessage, SendOptions};
+use ferrybus_core::outgoing::MessageFactory;
+use ferrybus_core::outgoing::MessageOrigin;
+use ferrybus_core::outgoing::OutgoingMessage;
+use ferrybus_core::SendOptions;
 use futures::StreamExt;
 use lapin::message::Delivery;
 use lapin::options::{

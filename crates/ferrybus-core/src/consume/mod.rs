@@ -1,4 +1,5 @@
-//! The consumer pipeline: one tower [`Service`](tower::Service) per consumer, taking a
+//! Consumers and their pipeline: the [`Consumer`] trait and the [`ConsumeContext`] it receives,
+//! and one tower [`Service`](tower::Service) per consumer, taking a
 //! [`ConsumeRequest`] and answering a [`ConsumeOutcome`].
 //!
 //! Every consumer on an endpoint gets its own stack, from the outside in:
@@ -9,20 +10,17 @@
 //! ```
 //!
 //! so each retry attempt runs the whole stack again (a new database transaction for the inbox).
-//! The endpoint ([`crate::endpoint`]) routes a delivery to the stacks of the consumers of its
-//! message types and turns their outcomes into one [`Settlement`](crate::Settlement).
+//! The endpoint routes a delivery to the stacks of the consumers of its message types and turns
+//! their outcomes into one settlement.
 
-pub mod batch;
-pub(crate) mod panic;
+mod consumer;
+mod panic;
 mod request;
 mod retry;
 mod service;
 
-pub use batch::{
-    Batch, BatchCompletionMode, BatchConsumerService, BatchOptions, BatchRequest, BoxBatchLayer,
-    BoxBatchService, TimeLimitStart,
-};
-pub use panic::panic_message;
+pub use consumer::{consumer_fn, ConsumeContext, Consumer, ConsumerFn};
+pub use panic::{catch_panic, panic_message};
 pub use request::{ConsumeOutcome, ConsumeRequest, ConsumerInfo, ReceivedMessage};
 pub use retry::{RetryLayer, RetryPolicy};
 pub use service::{BoxConsumeLayer, BoxConsumeService, ConsumerService};

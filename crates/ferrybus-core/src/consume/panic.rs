@@ -24,11 +24,20 @@ pub fn panic_message(payload: &(dyn Any + Send)) -> String {
 }
 
 /// Runs `future`; a panic in it becomes a [`ConsumeError`] of type `Panic` whose message is the
-/// panic message.
+/// panic message. The one guard around each consumer ([`ConsumerService`](super::ConsumerService)
+/// and the batch consumer service), inside retry, so that retry sees a panic as a failure.
+///
+/// ```
+/// use ferrybus_core::consume::catch_panic;
+/// # futures::executor::block_on(async {
+/// let result: Result<(), _> = catch_panic(async { panic!("boom") }).await;
+/// assert_eq!(result.unwrap_err().to_string(), "boom");
+/// # });
+/// ```
 ///
 /// A combinator, not an `async fn`: an `async fn` would hold `future` twice (before and while it
 /// runs), and a consumer's future is kilobytes.
-pub(crate) fn catch_panic<T>(
+pub fn catch_panic<T>(
     future: impl Future<Output = Result<T, ConsumeError>>,
 ) -> impl Future<Output = Result<T, ConsumeError>> {
     AssertUnwindSafe(future)

@@ -6,10 +6,9 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::envelope::{Envelope, Headers, Payload};
+use crate::envelope::{parse_dotnet_guid, Envelope, Headers, Payload};
 use crate::message::{consumer_id, MessageType};
-use crate::outgoing::MessageFactory;
-use crate::publish::SharedSink;
+use crate::outgoing::{MessageFactory, MessageOrigin, SharedSink};
 
 /// How a consumer's pipeline handled a message (its `Ok` answer; failures are a
 /// [`ConsumeError`](crate::ConsumeError)).
@@ -54,13 +53,23 @@ impl ReceivedMessage {
             .unwrap_or(0)
     }
 
+    /// The origin of a message sent while consuming this one: the conversation and initiator
+    /// ([`MessageOrigin::consumed`]), the transport priority and reply-to.
+    pub fn origin(&self) -> MessageOrigin {
+        MessageOrigin {
+            priority: self.priority,
+            reply_to: self.reply_to.clone(),
+            ..MessageOrigin::consumed(&self.envelope, &self.input_address)
+        }
+    }
+
     /// The inbox key: `MT-OriginalMessageId` when a redelivery replaced the id, else the
     /// message id.
     pub fn original_message_id(&self) -> Option<Uuid> {
         self.envelope
             .headers
             .get_str("MT-OriginalMessageId")
-            .and_then(crate::envelope::parse_dotnet_guid)
+            .and_then(parse_dotnet_guid)
             .or(self.envelope.message_id)
     }
 }
@@ -94,7 +103,10 @@ impl ConsumerInfo {
     }
 
     /// Describes a consumer of `M`, which can re-serialize payloads as `M` for its faults.
-    pub(crate) fn of<M: crate::Message>(name: impl Into<String>, queue: impl Into<String>) -> Self {
+    pub fn of<M: crate::message::Message>(
+        name: impl Into<String>,
+        queue: impl Into<String>,
+    ) -> Self {
         let mut info = Self::new(name, M::message_type(), queue);
         info.reserialize = Some(|payload| {
             let message = payload.bind::<M>().ok()?;

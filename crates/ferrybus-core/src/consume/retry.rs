@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use tower::retry::Policy;
 
-use crate::consume::{ConsumeOutcome, ConsumeRequest};
+use super::request::{ConsumeOutcome, ConsumeRequest};
 use crate::error::ConsumeError;
 
 /// Which delays a [`RetryPolicy`] waits before each retry.

@@ -8,9 +8,9 @@ use futures::future::BoxFuture;
 use tower::util::{BoxCloneSyncService, BoxCloneSyncServiceLayer};
 use tower::Service;
 
-use crate::consume::panic::catch_panic;
-use crate::consume::{ConsumeOutcome, ConsumeRequest};
-use crate::consumer::{ConsumeContext, Consumer};
+use super::consumer::{ConsumeContext, Consumer};
+use super::panic::catch_panic;
+use super::request::{ConsumeOutcome, ConsumeRequest};
 use crate::error::{ConsumeError, ConsumeErrorKind};
 use crate::message::Message;
 

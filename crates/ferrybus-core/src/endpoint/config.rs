@@ -1,35 +1,29 @@
 //! [`EndpointConfig`]: a receive endpoint described in code, in one place — name, prefetch,
-//! concurrency, queue options, retry, redelivery, inbox, consumers and layers — shared by every
-//! transport.
+//! concurrency, retry, redelivery, inbox, consumers and layers — shared by every transport.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use tower::util::{BoxCloneSyncService, BoxCloneSyncServiceLayer};
 use tower::{Layer, Service};
 
-use crate::bus::Storage;
+use super::boundary::Endpoint;
+use super::decide::Decider;
+use super::delivery::Delivery;
+use super::registration::{ConsumerBuild, ConsumerRegistration};
+use super::service::{BoxEndpointLayer, BoxEndpointService, EndpointService, Reading, Registered};
+use super::settlement::Settlement;
 use crate::consume::{
-    BoxConsumeLayer, BoxConsumeService, ConsumeOutcome, ConsumeRequest, ConsumerInfo,
-    ConsumerService, RetryLayer, RetryPolicy,
+    BoxConsumeLayer, BoxConsumeService, ConsumeOutcome, ConsumeRequest, Consumer, ConsumerInfo,
+    ConsumerService, RetryPolicy,
 };
-use crate::consumer::Consumer;
-use crate::endpoint::service::{EndpointService, Registration};
-use crate::endpoint::{Delivery, Endpoint, QueueOptions, QueueType, Settlement};
 use crate::error::ConsumeError;
-use crate::instrument::ConsumeInstrumentLayer;
 use crate::message::{Message, MessageType};
 use crate::outgoing::MessageFactory;
-use crate::publish::SharedSink;
-use crate::resilience::{
-    Classifier, Dependency, EndpointControl, Strikes, Transience, TransientGuardLayer,
-};
-
-mod batch;
-
-use batch::BatchRegistration;
+use crate::outgoing::SharedSink;
+use crate::pause::{Classifier, Dependency, EndpointControl, Transience, TransientGuardLayer};
+use crate::storage::Storage;
 
 /// The default [`EndpointConfig::max_body_size`]: 32 MiB.
 pub const DEFAULT_MAX_BODY_SIZE: usize = 32 * 1024 * 1024;
@@ -38,28 +32,21 @@ pub const DEFAULT_MAX_BODY_SIZE: usize = 32 * 1024 * 1024;
 /// ([`EndpointConfig::transient_strikes`]).
 pub const DEFAULT_TRANSIENT_STRIKES: u32 = 3;
 
-/// A type-erased endpoint: `Service<Delivery, Response = Settlement, Error = Infallible>`.
-pub type BoxEndpointService = BoxCloneSyncService<Delivery, Settlement, Infallible>;
-
-/// A type-erased endpoint-level layer (see [`EndpointConfig::layer`]).
-pub type BoxEndpointLayer =
-    BoxCloneSyncServiceLayer<BoxEndpointService, Delivery, Settlement, Infallible>;
-
 /// A receive endpoint, transport-independent; a bus builder hands one to the closure of its
 /// `receive_endpoint(name, |e| …)`.
 ///
 /// A delivery passes, from the outside in:
 ///
 /// ```text
-/// endpoint layers, in the order added   (see the whole delivery and its Settlement)
-///  └▶ read the body, route by message type   (bad body ▶ Fault, no consumer ▶ Skip)
-///      └▶ per consumer: retry ▶ transient guard ▶ inbox (with .inbox()) ▶ consumer layers, in the order added ▶ consumer
+/// the endpoint's panic guard
+///  └▶ the bus's endpoint layers (instruments), then the endpoint's, in the order added
+///      └▶ read the body, route by message type   (bad body ▶ Fault, no consumer ▶ Skip)
+///          └▶ per consumer: retry ▶ transient guard ▶ inbox (with .inbox()) ▶ consumer layers ▶ consumer
 /// ```
 ///
 /// The transient guard pauses the endpoint on an infrastructure failure (see
-/// [`resilience`](crate::resilience)) instead of spending a retry.
-///
-/// so each retry attempt runs the inbox and the consumer layers again (a new transaction).
+/// [`pause`](crate::pause)) instead of spending a retry; each retry attempt runs the inbox and
+/// the consumer layers again (a new transaction).
 ///
 /// ```
 /// use std::time::Duration;
@@ -72,7 +59,6 @@ pub type BoxEndpointLayer =
 /// let endpoint = EndpointConfig::new("billing-invoice")
 ///     .prefetch(16)
 ///     .concurrency(4)
-///     .quorum()
 ///     .retry(RetryPolicy::intervals([Duration::from_millis(100), Duration::from_millis(200)]))
 ///     .consumer(consumer_fn("InvoiceConsumer", |_ctx: ConsumeContext<OrderPlaced>| async {
 ///         Ok::<_, ConsumeError>(())
@@ -85,25 +71,25 @@ pub struct EndpointConfig {
     name: String,
     prefetch: Option<u16>,
     concurrency: Option<usize>,
-    queue: QueueOptions,
     bind_message_types: bool,
     retry: Option<RetryPolicy>,
     redelivery: Option<RetryPolicy>,
     inbox: bool,
     layers: Vec<BoxEndpointLayer>,
     consumer_layers: Vec<BoxConsumeLayer>,
-    consumers: Vec<(ConsumerInfo, BoxConsumeService)>,
-    batches: Vec<BatchRegistration>,
+    consumers: Vec<ConsumerRegistration>,
     raw_json: bool,
     publish_faults: bool,
     max_body_size: usize,
     pause_on_transient: bool,
     transient_strikes: u32,
     classifiers: Vec<Classifier>,
+    extensions: http::Extensions,
 }
 
-/// What a transport supplies when it builds an endpoint: where it listens, where its consumers'
-/// messages go, and the storage's inbox layer when the endpoint asked for one.
+/// What a transport supplies when it builds an endpoint (`BusConfig::endpoint_context` fills in
+/// the bus's part): where it listens, where its consumers' messages go, the storage's inbox layer
+/// when the endpoint asked for one, the bus's layers, and the delivery limit the transport keeps.
 pub struct EndpointContext {
     /// The endpoint's input address (`rabbitmq://host/vhost/queue`).
     pub input_address: String,
@@ -118,6 +104,16 @@ pub struct EndpointContext {
     /// The bus's storage, whose [`classify`](Storage::classify) and [`probe`](Storage::probe)
     /// tell transient failures of it and when it answers again.
     pub storage: Option<Arc<dyn Storage>>,
+    /// The bus's layers for this endpoint, outside the endpoint's own (first outermost).
+    pub layers: Vec<BoxEndpointLayer>,
+    /// The bus's layers around every consumer, inside the endpoint's own.
+    pub consumer_layers: Vec<BoxConsumeLayer>,
+    /// How often the transport may deliver a message without a settlement (a consumer that
+    /// crashed the process each time) before the endpoint faults it unread: the broker's own
+    /// limit (RabbitMQ's quorum queues: `x-delivery-limit`), kept by ferrybus so that the message
+    /// ends in the error queue with its fault rather than being dropped. The transport sets the
+    /// count on each [`Delivery::delivery_count`].
+    pub delivery_limit: Option<u32>,
 }
 
 impl EndpointConfig {
@@ -127,7 +123,6 @@ impl EndpointConfig {
             name: name.into(),
             prefetch: None,
             concurrency: None,
-            queue: QueueOptions::default(),
             bind_message_types: true,
             retry: None,
             redelivery: None,
@@ -135,27 +130,45 @@ impl EndpointConfig {
             layers: Vec::new(),
             consumer_layers: Vec::new(),
             consumers: Vec::new(),
-            batches: Vec::new(),
             raw_json: false,
             publish_faults: true,
             max_body_size: DEFAULT_MAX_BODY_SIZE,
             pause_on_transient: true,
             transient_strikes: DEFAULT_TRANSIENT_STRIKES,
             classifiers: Vec::new(),
+            extensions: http::Extensions::new(),
         }
     }
 
     /// Adds a consumer of `M`. Several consumers may share an endpoint and a message type; a
     /// struct consuming two types is added once per type (`.consumer::<A, _>(c.clone())`).
-    pub fn consumer<M, C>(mut self, consumer: C) -> Self
+    pub fn consumer<M, C>(self, consumer: C) -> Self
     where
         M: Message,
         C: Consumer<M>,
     {
         let info = ConsumerInfo::of::<M>(consumer.name(), self.name.clone());
         let service = BoxCloneSyncService::new(ConsumerService::<C, M>::new(Arc::new(consumer)));
-        self.consumers.push((info, service));
+        self.register(ConsumerRegistration::new(info, service))
+    }
+
+    /// Adds a consumer registered by an add-on (a saga, a batch consumer; see
+    /// [`ConsumerRegistration`]).
+    pub fn register(mut self, registration: ConsumerRegistration) -> Self {
+        self.consumers.push(registration);
         self
+    }
+
+    /// Sets a transport's own setting of the endpoint, found by its type (the RabbitMQ
+    /// transport's queue options); replaces one of the same type.
+    pub fn with_extension<T: Clone + Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.extensions.insert(value);
+        self
+    }
+
+    /// A transport's own setting of the endpoint, by its type.
+    pub fn extension<T: Clone + Send + Sync + 'static>(&self) -> Option<&T> {
+        self.extensions.get::<T>()
     }
 
     /// How many unacknowledged deliveries the broker may push (AMQP prefetch, MassTransit's
@@ -224,36 +237,6 @@ impl EndpointConfig {
     {
         self.consumer_layers
             .push(BoxCloneSyncServiceLayer::new(layer));
-        self
-    }
-
-    /// Declares the queue as a quorum queue (MassTransit's `SetQuorumQueue`).
-    pub fn quorum(self) -> Self {
-        self.queue_type(QueueType::Quorum)
-    }
-
-    /// Sets the queue type.
-    pub fn queue_type(mut self, queue_type: QueueType) -> Self {
-        self.queue = self.queue.queue_type(queue_type);
-        self
-    }
-
-    /// Adds a queue argument (`x-delivery-limit`, `x-max-priority` …).
-    pub fn queue_argument(mut self, name: impl Into<String>, value: impl Into<Value>) -> Self {
-        self.queue = self.queue.argument(name, value);
-        self
-    }
-
-    /// The delivery limit of a quorum queue (`x-delivery-limit`, see
-    /// [`QueueOptions::delivery_limit`]).
-    pub fn delivery_limit(mut self, deliveries: u32) -> Self {
-        self.queue = self.queue.delivery_limit(deliveries);
-        self
-    }
-
-    /// Replaces all queue options at once.
-    pub fn queue_options(mut self, options: QueueOptions) -> Self {
-        self.queue = options;
         self
     }
 
@@ -339,11 +322,6 @@ impl EndpointConfig {
         &self.name
     }
 
-    /// The queue options.
-    pub fn queue(&self) -> &QueueOptions {
-        &self.queue
-    }
-
     /// Whether consumed types' exchanges are bound to the endpoint.
     pub fn binds_message_types(&self) -> bool {
         self.bind_message_types
@@ -355,10 +333,10 @@ impl EndpointConfig {
     }
 
     /// The prefetch count: as set; else the concurrency limit × 1.2; else max(2 × cores, 16);
-    /// at least every batch consumer's `message_limit × concurrency_limit` (as MassTransit's
-    /// `BatchOptions` raises `PrefetchCount`).
+    /// at least what every consumer needs in flight (a batch consumer's `message_limit ×
+    /// concurrency_limit`, as MassTransit's `BatchOptions` raises `PrefetchCount`).
     pub fn prefetch_count(&self) -> u16 {
-        let batches = u16::try_from(self.batch_capacity()).unwrap_or(u16::MAX);
+        let batches = u16::try_from(self.in_flight()).unwrap_or(u16::MAX);
         if let Some(p) = self.prefetch {
             return p.max(batches);
         }
@@ -373,13 +351,22 @@ impl EndpointConfig {
             .max(batches)
     }
 
-    /// How many messages run at once: as set, else the prefetch count; at least every batch
-    /// consumer's `message_limit × concurrency_limit` (MassTransit's `ConcurrentMessageLimit`
-    /// raised by `BatchOptions`), so that a whole batch can wait in flight.
+    /// How many messages run at once: as set, else the prefetch count; at least what every
+    /// consumer needs in flight (MassTransit's `ConcurrentMessageLimit` raised by
+    /// `BatchOptions`), so that a whole batch can wait in flight.
     pub fn concurrency_limit(&self) -> usize {
         self.concurrency
             .unwrap_or_else(|| usize::from(self.prefetch_count()))
-            .max(self.batch_capacity())
+            .max(self.in_flight())
+    }
+
+    /// The most messages one consumer needs in flight at once (0 without such a consumer).
+    fn in_flight(&self) -> usize {
+        self.consumers
+            .iter()
+            .map(ConsumerRegistration::in_flight)
+            .max()
+            .unwrap_or(0)
     }
 
     /// The message types the endpoint's consumers handle (their exchanges are bound to it).
@@ -395,10 +382,7 @@ impl EndpointConfig {
 
     /// The consumers registered so far.
     pub fn consumers(&self) -> impl Iterator<Item = &ConsumerInfo> {
-        self.consumers
-            .iter()
-            .map(|(info, _)| info)
-            .chain(self.batches.iter().map(|b| &b.info))
+        self.consumers.iter().map(ConsumerRegistration::info)
     }
 
     /// Builds the endpoint. A transport calls this once per endpoint and then calls the
@@ -409,38 +393,43 @@ impl EndpointConfig {
         let guard = self
             .pause_on_transient
             .then(|| self.transient_guard(&control, context.storage.as_ref()));
-        let inbox = context.inbox.filter(|_| self.inbox);
-        let mut consumers: Vec<Registration> = self
+        let parts = ConsumerBuild {
+            retry: self.retry.as_ref(),
+            guard: guard.as_ref(),
+            inbox: context.inbox.as_ref().filter(|_| self.inbox),
+            uses_inbox: self.inbox,
+            endpoint_layers: &self.consumer_layers,
+            bus_layers: &context.consumer_layers,
+            storage: context.storage.as_ref(),
+            cancellation: &context.cancellation,
+        };
+        let consumers = self
             .consumers
             .iter()
-            .map(|(info, service)| Registration {
-                info: Arc::new(info.clone()),
-                service: self.compose(service.clone(), inbox.as_ref(), guard.as_ref()),
+            .map(|registration| Registered {
+                info: Arc::new(registration.info().clone()),
+                service: registration.build(&parts),
             })
             .collect();
-        let batches = self.batch_services(
-            context.storage.as_ref(),
-            guard.as_ref(),
-            &context.cancellation,
-        );
-        consumers.extend(batches.into_iter().map(|(info, service)| Registration {
-            info: Arc::new(info),
-            service,
-        }));
-        let endpoint = EndpointService::new(
-            context.input_address.clone(),
-            consumers,
-            context.sink,
-            context.factory,
-            self,
-            context.cancellation,
-        );
-        if self.layers.is_empty() {
+        let reading = Reading {
+            raw_json: self.raw_json,
+            max_body_size: self.max_body_size,
+            delivery_limit: context.delivery_limit,
+        };
+        let decider = Decider {
+            input_address: context.input_address.clone(),
+            factory: context.factory,
+            redelivery: self.redelivery.clone(),
+            publish_faults: self.publish_faults,
+            cancellation: context.cancellation,
+        };
+        let endpoint = EndpointService::new(consumers, reading, decider, context.sink);
+        let layers: Vec<&BoxEndpointLayer> = context.layers.iter().chain(&self.layers).collect();
+        if layers.is_empty() {
             return Endpoint::bare(endpoint, context.input_address, control);
         }
-        let layered = self
-            .layers
-            .iter()
+        let layered = layers
+            .into_iter()
             .rev()
             .fold(BoxCloneSyncService::new(endpoint), |inner, layer| {
                 layer.layer(inner)
@@ -468,58 +457,12 @@ impl EndpointConfig {
         for classifier in &self.classifiers {
             transience = transience.with(classifier.clone());
         }
-        TransientGuardLayer {
-            control: control.clone(),
-            transience,
-            strikes: Arc::new(Strikes::new(self.transient_strikes)),
-        }
-    }
-
-    pub(crate) fn redelivery_policy(&self) -> Option<&RetryPolicy> {
-        self.redelivery.as_ref()
-    }
-
-    pub(crate) fn reads_raw_json(&self) -> bool {
-        self.raw_json
+        TransientGuardLayer::new(control.clone(), transience, self.transient_strikes)
     }
 
     /// Whether `Fault<T>` is published when a consumer fails for good.
     pub fn publishes_faults(&self) -> bool {
         self.publish_faults
-    }
-
-    pub(crate) fn body_limit(&self) -> usize {
-        self.max_body_size
-    }
-
-    /// retry ─▶ transient guard ─▶ inbox ─▶ consumer layers (first added outermost) ─▶
-    /// process span and consume instruments ([`ConsumeInstrumentLayer`]) ─▶ consumer.
-    fn compose(
-        &self,
-        consumer: BoxConsumeService,
-        inbox: Option<&BoxConsumeLayer>,
-        guard: Option<&TransientGuardLayer>,
-    ) -> BoxConsumeService {
-        let consumer = ConsumeInstrumentLayer.layer(consumer);
-        let layered = self
-            .consumer_layers
-            .iter()
-            .rev()
-            .fold(consumer, |inner, layer| layer.layer(inner));
-        let layered = match inbox {
-            Some(inbox) => inbox.layer(layered),
-            None => layered,
-        };
-        let layered = match guard {
-            Some(guard) => BoxCloneSyncService::new(guard.layer(layered)),
-            None => layered,
-        };
-        match &self.retry {
-            Some(policy) => {
-                BoxCloneSyncService::new(RetryLayer::new(policy.clone()).layer(layered))
-            }
-            None => layered,
-        }
     }
 }
 
@@ -529,10 +472,8 @@ impl std::fmt::Debug for EndpointConfig {
             .field("name", &self.name)
             .field("prefetch", &self.prefetch_count())
             .field("concurrency", &self.concurrency_limit())
-            .field("queue", &self.queue)
             .field("inbox", &self.inbox)
             .field("consumers", &self.consumers.len())
-            .field("batch_consumers", &self.batches.len())
             .field("layers", &self.layers.len())
             .finish_non_exhaustive()
     }

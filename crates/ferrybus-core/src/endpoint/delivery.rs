@@ -41,6 +41,10 @@ pub struct Delivery {
     /// Where the transport delivered it in sequence (RabbitMQ's delivery tag; MassTransit's
     /// `ITransportSequenceNumber`): orders the messages of a batch.
     pub sequence_number: Option<u64>,
+    /// How often the broker has delivered it without a settlement, when the transport knows
+    /// (RabbitMQ quorum queues: `x-delivery-count`); past the endpoint's delivery limit it is
+    /// faulted unread (see `EndpointContext::delivery_limit`).
+    pub delivery_count: Option<u32>,
     /// Values the transport or endpoint layers attach (e.g. a tracing context).
     pub extensions: http::Extensions,
 }

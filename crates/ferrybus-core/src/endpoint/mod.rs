@@ -2,16 +2,12 @@
 //! [`Delivery`] and answering the [`Settlement`] the transport carries out, like axum's `Router`
 //! answers every request with a response (`Error = Infallible`).
 //!
-//! ```text
-//! Delivery ─▶ [endpoint layers: see the whole delivery and its Settlement]
-//!               ─▶ read ─▶ route ─▶ per consumer: [retry] ▶ [inbox] ▶ [consumer layers] ▶ consumer
-//!                                                      (panics caught, on every transport alike)
-//!          ◀─ Settlement: Ack | Duplicate | Redeliver | Fault (+ the fault to publish) | Skip | Abandon
-//! ```
+#![doc = include_str!("../../../../docs/pipeline.md")]
 //!
 //! A transport builds each endpoint once ([`EndpointConfig::build`]), calls it per delivery and
 //! settles in one place: acknowledge, redeliver, or move to `<queue>_error` and then publish the
-//! fault — once — or move to `<queue>_skipped`.
+//! fault — once — or move to `<queue>_skipped`. What each delivery becomes is decided in one place
+//! too (`decide.rs`): every fault, whatever its cause, is built the same way.
 //!
 //! An endpoint layer is any tower layer over [`BoxEndpointService`]:
 //!
@@ -19,7 +15,8 @@
 //! use std::convert::Infallible;
 //! use std::sync::atomic::{AtomicUsize, Ordering};
 //! use std::sync::Arc;
-//! use ferrybus_core::{BoxEndpointService, Delivery, EndpointConfig, Settlement, SettlementKind};
+//! use ferrybus_core::endpoint::BoxEndpointService;
+//! use ferrybus_core::{Delivery, EndpointConfig, Settlement, SettlementKind};
 //! use tower::ServiceExt;
 //!
 //! /// Counts faults.
@@ -47,19 +44,21 @@
 //! # let _ = endpoint;
 //! ```
 
+mod boundary;
 mod config;
+mod decide;
 mod delivery;
-mod queue;
 mod read;
-mod run;
+mod registration;
 mod service;
 mod settlement;
 
+pub use boundary::Endpoint;
 pub use config::{
-    BoxEndpointLayer, BoxEndpointService, EndpointConfig, EndpointContext, DEFAULT_MAX_BODY_SIZE,
-    DEFAULT_TRANSIENT_STRIKES,
+    EndpointConfig, EndpointContext, DEFAULT_MAX_BODY_SIZE, DEFAULT_TRANSIENT_STRIKES,
 };
+pub use decide::DeliveryLimitReached;
 pub use delivery::Delivery;
-pub use queue::{QueueOptions, QueueType};
-pub use run::Endpoint;
+pub use registration::{ConsumerBuild, ConsumerRegistration};
+pub use service::{BoxEndpointLayer, BoxEndpointService};
 pub use settlement::{Faulted, Redelivery, Settlement, SettlementKind};

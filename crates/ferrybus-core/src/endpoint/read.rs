@@ -2,12 +2,16 @@
 
 use serde_json::Value;
 
-use crate::endpoint::service::media_type;
-use crate::endpoint::Delivery;
+use super::delivery::Delivery;
 use crate::envelope::{
     is_mt_header, parse_dotnet_guid, parse_json, read_host, Envelope, EnvelopeError, Headers,
     ENVELOPE_CONTENT_TYPE, RAW_JSON_CONTENT_TYPE,
 };
+
+/// The media type of a content type: `application/json; charset=utf-8` → `application/json`.
+pub(crate) fn media_type(content_type: &str) -> &str {
+    content_type.split(';').next().unwrap_or_default().trim()
+}
 
 /// A body read into an envelope, and how it was read.
 pub(crate) struct ReadBody {

@@ -18,7 +18,11 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::{parse_dotnet_guid, Envelope, EnvelopeError, Headers, HostInfo, Payload};
+use super::headers::Headers;
+use super::host::HostInfo;
+use super::json::{parse_dotnet_guid, parse_lenient};
+use super::model::{Envelope, EnvelopeError};
+use super::payload::Payload;
 use crate::shared_text::TextCache;
 
 /// Reads the top-level object into an [`Envelope`]; anything else is
@@ -420,5 +424,141 @@ fn json_kind(value: &Value) -> &'static str {
         Value::String(_) => "a string",
         Value::Array(_) => "an array",
         Value::Object(_) => "an object",
+    }
+}
+
+impl Envelope {
+    /// Reads an envelope from a message body, in one pass: the envelope's fields are read (keys
+    /// matched case-insensitively, as System.Text.Json reads them with MassTransit's options) and
+    /// `message` is kept as JSON text ([`Payload`]). A leading UTF-8 BOM is skipped; a body
+    /// with comments or trailing commas is read again with a lenient parser.
+    pub fn from_slice(body: &[u8]) -> Result<Envelope, EnvelopeError> {
+        let body = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body);
+        let mut de = serde_json::Deserializer::from_slice(body);
+        let strict = serde::Deserializer::deserialize_any(&mut de, EnvelopeVisitor)
+            .and_then(|read| de.end().map(|()| read));
+        match strict {
+            Ok(read) => read,
+            Err(strict) if strict.is_syntax() || strict.is_eof() => {
+                let value =
+                    parse_lenient(body).ok_or_else(|| EnvelopeError::Json(strict.to_string()))?;
+                Self::from_value(value)
+            }
+            Err(other) => Err(EnvelopeError::Json(other.to_string())),
+        }
+    }
+
+    /// Reads an envelope from parsed JSON, matching keys case-insensitively.
+    pub fn from_value(value: Value) -> Result<Envelope, EnvelopeError> {
+        serde::Deserializer::deserialize_any(value, EnvelopeVisitor)
+            .unwrap_or_else(|e| Err(EnvelopeError::Json(e.to_string())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_bad_ids_with_the_field_name() {
+        let err = Envelope::from_slice(br#"{"messageId": "nope", "message": {}}"#).unwrap_err();
+        assert_eq!(err.to_string(), "messageId: \"nope\" is not a GUID");
+    }
+
+    #[test]
+    fn requires_a_message() {
+        let err = Envelope::from_slice(br#"{"messageId": null}"#).unwrap_err();
+        assert_eq!(err, EnvelopeError::MissingMessage);
+        let err = Envelope::from_slice(br#"{"message": null}"#).unwrap_err();
+        assert_eq!(err, EnvelopeError::MissingMessage);
+    }
+
+    #[test]
+    fn reports_bad_json() {
+        assert!(matches!(
+            Envelope::from_slice(b"{not json").unwrap_err(),
+            EnvelopeError::Json(_)
+        ));
+        assert_eq!(
+            Envelope::from_slice(b"[1]").unwrap_err(),
+            EnvelopeError::NotAnObject
+        );
+    }
+
+    #[test]
+    fn accepts_dotnet_guid_formats() {
+        for s in [
+            "181c0000-6393-3630-36a4-08daf4e7c6da",
+            "181c00006393363036a408daf4e7c6da",
+            "{181c0000-6393-3630-36a4-08daf4e7c6da}",
+            "(181C0000-6393-3630-36A4-08DAF4E7C6DA)",
+        ] {
+            assert_eq!(
+                parse_dotnet_guid(s).unwrap().to_string(),
+                "181c0000-6393-3630-36a4-08daf4e7c6da"
+            );
+        }
+    }
+
+    #[test]
+    fn a_peer_s_host_is_read_once_and_shared() {
+        let body = |host: &str| format!(r#"{{"message": {{}}, "host": {host}}}"#);
+        let peer = r#"{"machineName": "web-1", "ProcessId": 42, "massTransitVersion": "8.5.5.0"}"#;
+        let first = Envelope::from_slice(body(peer).as_bytes()).unwrap();
+        let again = Envelope::from_slice(body(peer).as_bytes()).unwrap();
+        let (first, again) = (first.host.unwrap(), again.host.unwrap());
+        assert!(Arc::ptr_eq(&first, &again));
+        assert_eq!(first.machine_name.as_deref(), Some("web-1"));
+        assert_eq!(first.process_id, Some(42));
+
+        let other = r#"{"machineName": "web-2", "ProcessId": 42, "massTransitVersion": "8.5.5.0"}"#;
+        let other = Envelope::from_slice(body(other).as_bytes())
+            .unwrap()
+            .host
+            .unwrap();
+        assert_eq!(other.machine_name.as_deref(), Some("web-2"));
+        let bad = Envelope::from_slice(body(r#"{"processId": "x"}"#).as_bytes()).unwrap_err();
+        assert!(bad.to_string().starts_with("host: "), "{bad}");
+        // Many hosts, each read right.
+        for n in 0..20 {
+            let host = format!(r#"{{"machineName": "m{n}"}}"#);
+            let read = Envelope::from_slice(body(&host).as_bytes())
+                .unwrap()
+                .host
+                .unwrap();
+            assert_eq!(read.machine_name, Some(format!("m{n}")));
+        }
+    }
+
+    #[test]
+    fn writes_this_process_s_host_as_any_other() {
+        let host = HostInfo::shared();
+        let shared = Envelope {
+            message: serde_json::json!({}).into(),
+            host: Some(host.clone()),
+            ..Envelope::default()
+        };
+        let copied = Envelope {
+            host: Some(Arc::new((*host).clone())),
+            ..shared.clone()
+        };
+        assert_eq!(shared.to_vec(), copied.to_vec());
+        let value: Value = serde_json::to_value(&shared).unwrap();
+        assert_eq!(value["host"], serde_json::to_value(&*host).unwrap());
+        let read = Envelope::from_slice(&shared.to_vec()).unwrap();
+        assert_eq!(read.host.as_deref(), Some(&*host));
+    }
+
+    #[test]
+    fn writes_all_keys_in_order_with_nulls() {
+        let envelope = Envelope {
+            message: serde_json::json!({}).into(),
+            ..Envelope::default()
+        };
+        let text = String::from_utf8(envelope.to_vec()).unwrap();
+        assert_eq!(
+            text,
+            r#"{"messageId":null,"requestId":null,"correlationId":null,"conversationId":null,"initiatorId":null,"sourceAddress":null,"destinationAddress":null,"responseAddress":null,"faultAddress":null,"messageType":[],"message":{},"expirationTime":null,"sentTime":null,"headers":{},"host":null}"#
+        );
     }
 }

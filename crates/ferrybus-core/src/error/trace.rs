@@ -11,7 +11,6 @@
 //! machine's absolute paths.
 
 use std::backtrace::Backtrace;
-use std::error::Error as StdError;
 
 /// MassTransit cuts exception messages and stack traces to this many characters.
 pub(crate) const MAX_TEXT: usize = 2048;
@@ -57,48 +56,6 @@ pub(crate) fn readable_type_name(raw: &str) -> String {
     }
     flush(&mut path, &mut out);
     out
-}
-
-/// The type name of an error known only as `dyn Error` (a cause in a chain, a boxed error):
-/// well-known types by downcasting, else the name its derived `Debug` starts with, else
-/// `Exception` (the text of a `Box<dyn Error>` made from a string, or an unknown type).
-pub(crate) fn dyn_error_type(error: &(dyn StdError + 'static)) -> String {
-    macro_rules! known {
-        ($($ty:ty),* $(,)?) => {
-            $(if error.is::<$ty>() {
-                return readable_type_name(std::any::type_name::<$ty>());
-            })*
-        };
-    }
-    known! {
-        std::io::Error,
-        serde_json::Error,
-        std::fmt::Error,
-        std::num::ParseIntError,
-        std::num::ParseFloatError,
-        std::num::TryFromIntError,
-        std::str::ParseBoolError,
-        std::str::Utf8Error,
-        std::string::FromUtf8Error,
-        uuid::Error,
-        chrono::ParseError,
-        url::ParseError,
-        tokio::time::error::Elapsed,
-        crate::dotnet::DotNetValueError,
-        crate::envelope::EnvelopeError,
-        crate::address::AddressError,
-        crate::error::PublishError,
-    }
-    let debug = format!("{error:?}");
-    let name: String = debug
-        .chars()
-        .take_while(|c| c.is_alphanumeric() || *c == '_')
-        .collect();
-    if name.starts_with(|c: char| c.is_ascii_uppercase()) && name != "Error" {
-        name
-    } else {
-        "Exception".to_owned()
-    }
 }
 
 /// Frames that say nothing about the failing code: the runtime, the standard library, the
@@ -293,14 +250,6 @@ mod tests {
             "my::Wrapper<std::io::Error>"
         );
         assert_eq!(readable_type_name("billing::error"), "billing::error");
-    }
-
-    #[test]
-    fn dyn_types_are_named() {
-        let io = std::io::Error::other("x");
-        assert_eq!(dyn_error_type(&io), "std::io::Error");
-        let boxed: Box<dyn StdError + Send + Sync> = "text".into();
-        assert_eq!(dyn_error_type(&*boxed), "Exception");
     }
 
     #[test]

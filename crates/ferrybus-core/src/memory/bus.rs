@@ -10,14 +10,16 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
+use super::broker::{InMemoryBroker, StoredMessage};
 use crate::address::HostAddress;
-use crate::bus::{Background, BusConfig, Storage};
+use crate::bus::BusConfig;
 use crate::endpoint::{Delivery, Endpoint, EndpointConfig, Settlement, SettlementKind};
 use crate::envelope::Headers;
 use crate::error::BoxError;
-use crate::memory::broker::{InMemoryBroker, StoredMessage};
+use crate::error::PublishError;
 use crate::outgoing::{MessageFactory, MessageOrigin, OutgoingMessage};
-use crate::publish::{MessageSink, Publish, PublishError};
+use crate::outgoing::{MessageSink, Publish};
+use crate::storage::{Background, Storage};
 
 /// Something that happened on the bus, for tests to wait on.
 #[derive(Clone, Debug, PartialEq)]
@@ -137,6 +139,22 @@ impl InMemoryBusBuilder {
     /// Sets the storage (inbox, outboxes and their background services).
     pub fn storage(mut self, storage: impl Storage) -> Self {
         self.config = self.config.storage(storage);
+        self
+    }
+
+    /// Changes the bus configuration directly: layers an add-on puts on every endpoint
+    /// ([`BusConfig::endpoint_layer`], [`BusConfig::consumer_layer`]).
+    ///
+    /// ```
+    /// use ferrybus_core::memory::InMemoryBus;
+    /// use ferrybus_core::endpoint::BoxEndpointLayer;
+    /// let builder = InMemoryBus::builder().configure(|bus| {
+    ///     bus.endpoint_layer(|_| BoxEndpointLayer::new(tower::layer::util::Identity::new()))
+    /// });
+    /// # let _ = builder;
+    /// ```
+    pub fn configure(mut self, configure: impl FnOnce(BusConfig) -> BusConfig) -> Self {
+        self.config = configure(self.config);
         self
     }
 

@@ -5,15 +5,17 @@ use std::time::Duration;
 
 use uuid::Uuid;
 
-use crate::bus::Storage;
+use super::broker::{InMemoryBroker, StoredMessage};
+use super::bus::{BusEvent, InMemoryBus, InMemoryBusBuilder};
+use crate::bus::BusConfig;
 use crate::endpoint::{EndpointConfig, SettlementKind};
 use crate::envelope::Envelope;
 use crate::error::BoxError;
-use crate::memory::broker::{InMemoryBroker, StoredMessage};
-use crate::memory::bus::{BusEvent, InMemoryBus, InMemoryBusBuilder};
+use crate::error::PublishError;
 use crate::message::Message;
+use crate::outgoing::Publish;
 use crate::outgoing::{MessageFactory, MessageOrigin, OutgoingMessage};
-use crate::publish::{Publish, PublishError};
+use crate::storage::Storage;
 
 /// Waiting took longer than the harness timeout.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -72,6 +74,13 @@ impl TestHarnessBuilder {
     /// Sets the storage (e.g. a `PostgresStorage`, to test consumers behind the inbox).
     pub fn storage(mut self, storage: impl Storage) -> Self {
         self.bus = self.bus.storage(storage);
+        self
+    }
+
+    /// Changes the bus configuration directly (layers on every endpoint, see
+    /// [`InMemoryBusBuilder::configure`]).
+    pub fn configure(mut self, configure: impl FnOnce(BusConfig) -> BusConfig) -> Self {
+        self.bus = self.bus.configure(configure);
         self
     }
 

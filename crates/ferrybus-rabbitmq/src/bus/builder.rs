@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use ferrybus_core::{BusConfig, EndpointConfig, Storage};
+use ferrybus_core::integration::Storage;
+use ferrybus_core::{BusConfig, EndpointConfig};
 
 use super::RabbitMqBus;
 use crate::connection::Connector;
@@ -20,7 +21,7 @@ use crate::settings::HostSettings;
 /// ```no_run
 /// use std::time::Duration;
 /// use ferrybus_core::RetryPolicy;
-/// use ferrybus_rabbitmq::{DelayMode, RabbitMqBus};
+/// use ferrybus_rabbitmq::{DelayMode, QueueEndpointExt, RabbitMqBus};
 /// # async fn run() -> Result<(), ferrybus_rabbitmq::RabbitMqError> {
 /// let bus = RabbitMqBus::builder("amqp://guest:guest@localhost:5672/%2f")
 ///     .connection_name("billing")
@@ -49,10 +50,25 @@ impl RabbitMqBusBuilder {
     pub fn new(uri: &str) -> Self {
         Self {
             settings: HostSettings::parse(uri),
-            config: BusConfig::default(),
+            config: instrumented(BusConfig::default()),
             delay_mode: DelayMode::Auto,
             shutdown_timeout: Duration::from_secs(30),
         }
+    }
+
+    /// Changes the bus configuration directly: layers every endpoint or consumer of the bus
+    /// gets ([`BusConfig::endpoint_layer`], [`BusConfig::consumer_layer`]).
+    ///
+    /// ```
+    /// use ferrybus_core::endpoint::BoxEndpointLayer;
+    /// let builder = ferrybus_rabbitmq::RabbitMqBus::builder("amqp://localhost").configure(|bus| {
+    ///     bus.endpoint_layer(|_| BoxEndpointLayer::new(tower::layer::util::Identity::new()))
+    /// });
+    /// # let _ = builder;
+    /// ```
+    pub fn configure(mut self, configure: impl FnOnce(BusConfig) -> BusConfig) -> Self {
+        self.config = configure(self.config);
+        self
     }
 
     fn settings(mut self, f: impl FnOnce(&mut HostSettings)) -> Self {
@@ -171,7 +187,7 @@ impl RabbitMqBusBuilder {
     ///
     /// Until the connection is open, a publish or send waits for it up to the
     /// [publish timeout](Self::publish_timeout), then fails with
-    /// [`PublishErrorKind::NotConnected`](ferrybus_core::PublishErrorKind::NotConnected) (the
+    /// [`PublishErrorKind::NotConnected`](ferrybus_core::error::PublishErrorKind::NotConnected) (the
     /// message names the last connection error); the storage's outbox delivery backs off and
     /// tries again meanwhile. [`RabbitMqBus::is_connected`] tells whether it is open now;
     /// [`RabbitMqBus::stop`] works at any time.
@@ -243,4 +259,16 @@ async fn prepare(config: &BusConfig) -> Result<()> {
     config.prepare_storage().await.map_err(|error| {
         RabbitMqError::with_source(ErrorKind::Config, "preparing the storage", error)
     })
+}
+
+/// Every endpoint and consumer of a RabbitMQ bus carries MassTransit's spans and metrics when the
+/// `otel` feature is on (the default).
+#[cfg(feature = "otel")]
+fn instrumented(config: BusConfig) -> BusConfig {
+    ferrybus_otel::instrument(config)
+}
+
+#[cfg(not(feature = "otel"))]
+fn instrumented(config: BusConfig) -> BusConfig {
+    config
 }

@@ -7,12 +7,12 @@ pub(crate) mod listener;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ferrybus_core::SharedSink;
+use ferrybus_core::outgoing::SharedSink;
 use sea_orm::DatabaseConnection;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use ferrybus_core::Background;
+use ferrybus_core::storage::Background;
 
 use crate::background::sleep_or_cancel;
 use crate::config::StorageConfig;

@@ -19,7 +19,11 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use chrono::Utc;
-use ferrybus_core::{BatchRequest, BoxBatchService, ConsumeError, ConsumeOutcome, ConsumeRequest};
+use ferrybus_batch::BatchRequest;
+use ferrybus_batch::BoxBatchService;
+use ferrybus_core::consume::ConsumeOutcome;
+use ferrybus_core::consume::ConsumeRequest;
+use ferrybus_core::ConsumeError;
 use futures::future::BoxFuture;
 use sea_orm::ConnectionTrait;
 use tower::{Layer, Service, ServiceExt};
@@ -231,7 +235,7 @@ async fn commit(
     sql: &Sql,
     kept: &[(InboxKey, bool)],
     last: InboxKey,
-    messages: &[ferrybus_core::OutgoingMessage],
+    messages: &[ferrybus_core::outgoing::OutgoingMessage],
 ) -> Result<Vec<i64>, StoreError> {
     let written = write(&txn, sql, kept, last, messages).await;
     txn.finish(written).await
@@ -244,7 +248,7 @@ async fn write(
     sql: &Sql,
     kept: &[(InboxKey, bool)],
     last: InboxKey,
-    messages: &[ferrybus_core::OutgoingMessage],
+    messages: &[ferrybus_core::outgoing::OutgoingMessage],
 ) -> Result<Vec<i64>, StoreError> {
     let now = Utc::now();
     // The last row is marked by the outbox insert when the batch published something.

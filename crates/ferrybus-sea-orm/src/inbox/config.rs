@@ -3,7 +3,9 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
-use ferrybus_core::{consumer_id, ConsumerInfo};
+use ferrybus_core::message::consumer_id;
+
+use ferrybus_core::consume::ConsumerInfo;
 use uuid::Uuid;
 
 use crate::config::StorageConfig;

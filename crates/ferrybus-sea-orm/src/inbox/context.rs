@@ -1,6 +1,8 @@
 //! How a consumer reaches the inbox transaction: [`TransactionExt`].
 
-use ferrybus_core::{ConsumeContext, ConsumeRequest, Message};
+use ferrybus_core::{ConsumeContext, Message};
+
+use ferrybus_core::consume::ConsumeRequest;
 
 use crate::inbox::InboxTransaction;
 

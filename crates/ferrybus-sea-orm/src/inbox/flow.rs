@@ -4,7 +4,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use chrono::Utc;
-use ferrybus_core::{ConsumeError, ConsumeOutcome, ConsumeRequest, OutgoingMessage, SharedSink};
+use ferrybus_core::consume::ConsumeOutcome;
+use ferrybus_core::consume::ConsumeRequest;
+use ferrybus_core::outgoing::OutgoingMessage;
+use ferrybus_core::outgoing::SharedSink;
+use ferrybus_core::ConsumeError;
 use sea_orm::{ConnectionTrait, FromQueryResult};
 use tower::{Service, ServiceExt};
 use tracing::Instrument;
@@ -80,14 +84,14 @@ where
         .map_err(StoreError::into_consume_error)?;
     match claim {
         Claim::Run { row } => {
-            ferrybus_core::instrument::record_inbox_decision("run");
+            ferrybus_otel::record_inbox_decision("run");
             consume(&shared, inner, request, key, row, txn).await
         }
         Claim::Duplicate => duplicate(&request, key, txn).await,
         Claim::Recover { after } => {
             // The consumer does not run again: from its point of view this copy is a duplicate.
             count_duplicate(&request);
-            ferrybus_core::instrument::record_inbox(
+            ferrybus_otel::record_inbox(
                 request.consumer().queue(),
                 request.consumer().name(),
                 false,
@@ -116,7 +120,8 @@ pub(super) enum RunRow {
 }
 
 impl RunRow {
-    /// Whether this transaction inserted the row.
+    /// Whether this transaction inserted the row (the batch inbox asks).
+    #[cfg_attr(not(feature = "batch"), allow(dead_code))]
     pub(super) fn inserted(self) -> bool {
         self != RunRow::Unconsumed
     }
@@ -225,8 +230,8 @@ async fn duplicate(
 
 pub(super) fn count_duplicate(request: &ConsumeRequest) {
     let consumer = request.consumer().name().to_owned();
-    ferrybus_core::instrument::record_inbox(request.consumer().queue(), &consumer, true);
-    ferrybus_core::instrument::record_inbox_decision("duplicate");
+    ferrybus_otel::record_inbox(request.consumer().queue(), &consumer, true);
+    ferrybus_otel::record_inbox_decision("duplicate");
     metrics::counter!(INBOX_DUPLICATES_TOTAL, "consumer" => consumer).increment(1);
 }
 
@@ -390,7 +395,7 @@ async fn recover(
         "message already consumed; delivering its remaining outbox messages"
     );
     metrics::counter!(INBOX_RECOVERED_TOTAL).increment(1);
-    ferrybus_core::instrument::record_inbox_decision("recover");
+    ferrybus_otel::record_inbox_decision("recover");
     let result =
         consumer_outbox::deliver(&txn, sql, sink, key, rows, false, SendSource::Consumer).await;
     finish(txn, result).await

@@ -17,7 +17,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use chrono::Utc;
-use ferrybus_core::{Background, SharedSink};
+use ferrybus_core::outgoing::SharedSink;
+use ferrybus_core::storage::Background;
 use futures::future::join_all;
 use sea_orm::{ConnectionTrait, FromQueryResult};
 use tokio::sync::mpsc;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use tower::Layer;
 
-use ferrybus_core::ConsumerInfo;
+use ferrybus_core::consume::ConsumerInfo;
 use uuid::Uuid;
 
 use crate::connections::Connections;

@@ -20,6 +20,7 @@
 //!     set delivered + delete rows ─ COMMIT ─ ack)
 //! ```
 
+#[cfg(feature = "batch")]
 mod batch;
 mod config;
 mod context;
@@ -32,10 +33,15 @@ mod transaction;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use ferrybus_core::{ConsumeError, ConsumeOutcome, ConsumeRequest};
+use ferrybus_core::ConsumeError;
+
+use ferrybus_core::consume::ConsumeOutcome;
+
+use ferrybus_core::consume::ConsumeRequest;
 use futures::future::BoxFuture;
 use tower::Service;
 
+#[cfg(feature = "batch")]
 pub(crate) use batch::BatchInboxLayer;
 pub(crate) use config::InboxConfig;
 pub use context::TransactionExt;

@@ -4,9 +4,11 @@
 use std::sync::Arc;
 
 use chrono::Utc;
-use ferrybus_core::{
-    HostAddress, MessageFactory, MessageOrigin, OutgoingMessage, Publish, PublishError,
-};
+use ferrybus_core::address::HostAddress;
+use ferrybus_core::outgoing::MessageFactory;
+use ferrybus_core::outgoing::MessageOrigin;
+use ferrybus_core::outgoing::OutgoingMessage;
+use ferrybus_core::{Publish, PublishError};
 use sea_orm::{ConnectionTrait, FromQueryResult};
 use uuid::Uuid;
 
@@ -57,7 +59,7 @@ pub struct OutboxPublisher<'a, C> {
 
 impl BusOutbox {
     /// A bus outbox writing into the tables of `storage`, building messages for `host` (the
-    /// bus's [`host`](ferrybus_core::HostAddress): where the delivery service will send them).
+    /// bus's [`host`](ferrybus_core::address::HostAddress): where the delivery service will send them).
     pub fn new(storage: &PostgresStorage, host: HostAddress) -> Self {
         let factory = MessageFactory::new(host);
         let origin = MessageOrigin {
@@ -92,7 +94,7 @@ impl BusOutbox {
                 "the outbox insert returned no row",
             )
         })?;
-        ferrybus_core::instrument::record_outbox_send(
+        ferrybus_otel::record_outbox_send(
             &message.destination_address,
             message.message_type.first().map_or("", String::as_str),
         );

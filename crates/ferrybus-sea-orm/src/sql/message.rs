@@ -2,7 +2,8 @@
 
 use base64::Engine as _;
 use ferrybus_core::envelope::ENVELOPE_CONTENT_TYPE;
-use ferrybus_core::{Envelope, Headers, OutgoingMessage};
+use ferrybus_core::outgoing::OutgoingMessage;
+use ferrybus_core::{Envelope, Headers};
 use sea_orm::sea_query::{DynIden, ExprTrait, SimpleExpr};
 
 use crate::sql::names::iden;

@@ -11,7 +11,7 @@ pub(crate) mod names;
 use std::sync::OnceLock;
 
 use chrono::{DateTime, Utc};
-use ferrybus_core::OutgoingMessage;
+use ferrybus_core::outgoing::OutgoingMessage;
 use sea_orm::sea_query::ExprTrait;
 use sea_orm::sea_query::{
     Alias, Asterisk, CommonTableExpression, DynIden, Expr, Func, IntoIden, JoinType, LockBehavior,
@@ -1091,7 +1091,7 @@ impl Sql {
 mod tests {
     use super::*;
     use crate::config::TimestampType;
-    use ferrybus_core::OutgoingMessage;
+    use ferrybus_core::outgoing::OutgoingMessage;
 
     fn message() -> OutgoingMessage {
         OutgoingMessage {

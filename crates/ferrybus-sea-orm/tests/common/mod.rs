@@ -9,9 +9,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use async_trait::async_trait;
-use ferrybus_core::{
-    Message, MessageSink, MessageType, OutgoingMessage, PublishError, PublishErrorKind,
-};
+use ferrybus_core::error::PublishErrorKind;
+use ferrybus_core::outgoing::MessageSink;
+use ferrybus_core::outgoing::OutgoingMessage;
+use ferrybus_core::{Message, MessageType, PublishError};
 use ferrybus_sea_orm::TimestampType;
 use ferrybus_testing::{Shape, TestSchema};
 use sea_orm::{ConnectionTrait, DbBackend, Statement};

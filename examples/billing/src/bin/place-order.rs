@@ -30,7 +30,7 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run() -> Result<(), ferrybus::BoxError> {
+async fn run() -> Result<(), ferrybus::error::BoxError> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "-h" || a == "--help") {
         println!("usage: place-order [TOTAL] [CURRENCY] [ORDER_ID] [MESSAGE_ID]");

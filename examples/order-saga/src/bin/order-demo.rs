@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use example_contracts::{InvoiceCreated, OrderItemAdded, OrderShipped, OrderSubmitted};
 use example_order_saga::{Config, OrderCompleted};
+use ferrybus::error::BoxError;
 use ferrybus::rabbitmq::RabbitMqBus;
-use ferrybus::{consumer_fn, BoxError, ConsumeContext, ConsumeError, Publish, SendOptions};
+use ferrybus::{consumer_fn, ConsumeContext, ConsumeError, Publish, SendOptions};
 use sea_orm::{ConnectionTrait, Database, DatabaseConnection, DbBackend, Statement};
 use tokio::sync::mpsc;
 use uuid::Uuid;

@@ -1,0 +1,146 @@
+//! [`Endpoint`]: the service a transport runs for one receive endpoint — the endpoint service
+//! inside its layers, behind the endpoint's one panic guard.
+
+use std::any::Any;
+use std::convert::Infallible;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use tower::{Service, ServiceExt};
+
+use super::delivery::Delivery;
+use super::service::{BoxEndpointService, EndpointService};
+use super::settlement::{Faulted, Settlement};
+use crate::consume::panic_message;
+use crate::error::ConsumeError;
+use crate::fault::{fault_headers, ExceptionInfo};
+use crate::pause::EndpointControl;
+
+/// A built receive endpoint: `Service<Delivery, Response = Settlement, Error = Infallible>`, what
+/// `EndpointConfig::build` returns and a transport calls once per delivery. Cheap to clone.
+///
+/// It never panics. Panics have two guards in all: one around each consumer, inside retry (a
+/// panicking consumer fails its attempt like any error), and this one around everything else —
+/// the endpoint's layers, the inbox, the reading and routing: a panic there becomes
+/// [`Settlement::Fault`], without a fault message since no consumer failed.
+#[derive(Clone)]
+pub struct Endpoint {
+    stack: Stack,
+    input_address: Arc<str>,
+    control: EndpointControl,
+}
+
+#[derive(Clone)]
+enum Stack {
+    /// No endpoint layers: the endpoint service itself (one allocation per delivery).
+    Bare(EndpointService),
+    /// The endpoint service inside the endpoint's layers.
+    Layered(BoxEndpointService),
+}
+
+impl Endpoint {
+    pub(crate) fn bare(
+        service: EndpointService,
+        input_address: String,
+        control: EndpointControl,
+    ) -> Self {
+        Self {
+            stack: Stack::Bare(service),
+            input_address: input_address.into(),
+            control,
+        }
+    }
+
+    pub(crate) fn layered(
+        service: BoxEndpointService,
+        input_address: String,
+        control: EndpointControl,
+    ) -> Self {
+        Self {
+            stack: Stack::Layered(service),
+            input_address: input_address.into(),
+            control,
+        }
+    }
+
+    /// The endpoint's pause switch: the transport takes no deliveries while it is paused and
+    /// runs [`EndpointControl::until_resumed`]; health checks read its state. Endpoint layers
+    /// find it in every delivery's extensions.
+    pub fn control(&self) -> &EndpointControl {
+        &self.control
+    }
+
+    /// The endpoint's input address.
+    pub fn input_address(&self) -> &str {
+        &self.input_address
+    }
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let layered = matches!(self.stack, Stack::Layered(_));
+        f.debug_struct("Endpoint")
+            .field("input_address", &self.input_address)
+            .field("layered", &layered)
+            .field("state", &self.control.state())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Service<Delivery> for Endpoint {
+    type Response = Settlement;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Settlement, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, mut delivery: Delivery) -> Self::Future {
+        let input_address = self.input_address.clone();
+        match &mut self.stack {
+            Stack::Bare(service) => guarded(service.handle(delivery), input_address),
+            Stack::Layered(service) => {
+                delivery.extensions.insert(self.control.clone());
+                guarded(service.clone().oneshot(delivery), input_address)
+            }
+        }
+    }
+}
+
+/// Runs `handled` behind the endpoint's panic guard, in one allocation.
+fn guarded<F>(
+    handled: F,
+    input_address: Arc<str>,
+) -> BoxFuture<'static, Result<Settlement, Infallible>>
+where
+    F: std::future::Future<Output = Result<Settlement, Infallible>> + Send + 'static,
+{
+    Box::pin(
+        AssertUnwindSafe(handled)
+            .catch_unwind()
+            .map(move |settled| {
+                Ok(match settled {
+                    Ok(Ok(settlement)) => settlement,
+                    Ok(Err(never)) => match never {},
+                    Err(payload) => panicked(&*payload, &input_address),
+                })
+            }),
+    )
+}
+
+/// The settlement of a delivery whose handling panicked outside any consumer: the error queue,
+/// no fault message.
+fn panicked(payload: &(dyn Any + Send), input_address: &str) -> Settlement {
+    let error = ConsumeError::panic(panic_message(payload));
+    tracing::error!(target: "ferrybus::receive", error = %error, "handling a delivery panicked outside any consumer; moving it to the error queue");
+    Settlement::Fault(Box::new(Faulted {
+        headers: fault_headers(&error, input_address, None),
+        fault: None,
+        exception: ExceptionInfo::from_error(&error, "ferrybus"),
+        receive_fault: false,
+    }))
+}

@@ -1,0 +1,290 @@
+//! [`MessageFactory`]: builds outgoing messages in MassTransit's shape for one host.
+
+use std::sync::OnceLock;
+
+use bytes::Bytes;
+
+use chrono::Utc;
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+use super::message::OutgoingMessage;
+use super::options::{MessageOrigin, SendOptions};
+use crate::address::HostAddress;
+use crate::envelope::{Envelope, Headers, HostInfo, Payload, ENVELOPE_CONTENT_TYPE};
+use crate::error::PublishError;
+use crate::message::{Message, MessageType};
+
+/// Writes the caller's trace context into the headers of a message being built (MassTransit's
+/// `MT-Activity-Id` and `MT-Activity-Correlation-Context`), leaving headers already set alone.
+pub type TraceStamp = fn(&mut Headers);
+
+static TRACE_STAMP: OnceLock<TraceStamp> = OnceLock::new();
+
+/// Sets the [`TraceStamp`] every message built from now on passes through, so that whatever
+/// receives it continues the trace it was built in (inside a consumer, its process span; in an
+/// HTTP handler, the request's span), also when an outbox row carries it there later.
+/// `ferrybus-otel` sets it; without one, messages carry only the trace headers they were given.
+/// The first stamp set stays; returns whether this one was set.
+///
+/// ```
+/// use ferrybus_core::outgoing::set_trace_stamp;
+/// fn stamp(headers: &mut ferrybus_core::Headers) {
+///     if !headers.contains("MT-Activity-Id") {
+///         headers.insert("MT-Activity-Id", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
+///     }
+/// }
+/// let _ = set_trace_stamp(stamp);
+/// ```
+pub fn set_trace_stamp(stamp: TraceStamp) -> bool {
+    TRACE_STAMP.set(stamp).is_ok()
+}
+
+/// Builds outgoing messages in MassTransit's shape for one host.
+#[derive(Clone, Debug)]
+pub struct MessageFactory {
+    host: HostAddress,
+}
+
+impl MessageFactory {
+    /// A factory for messages on `host`.
+    pub fn new(host: HostAddress) -> Self {
+        Self { host }
+    }
+
+    /// The host address.
+    pub fn host(&self) -> &HostAddress {
+        &self.host
+    }
+
+    /// A publish of `message`: to the exchange of its type, with every base type advertised.
+    pub fn publish<M: Message>(
+        &self,
+        message: &M,
+        origin: &MessageOrigin,
+        options: SendOptions,
+    ) -> Result<OutgoingMessage, PublishError> {
+        let message_type = M::message_type();
+        let destination = self.host.entity_address(message_type.entity_name());
+        let payload = Payload::of(message)?;
+        self.build(&message_type, payload, destination, origin, options, true)
+    }
+
+    /// A send of `message` to `address` (`queue:name`, `exchange:name`, or a full URI).
+    pub fn send<M: Message>(
+        &self,
+        address: &str,
+        message: &M,
+        origin: &MessageOrigin,
+        options: SendOptions,
+    ) -> Result<OutgoingMessage, PublishError> {
+        let destination = self.host.resolve(address)?;
+        let payload = Payload::of(message)?;
+        self.build(
+            &M::message_type(),
+            payload,
+            destination,
+            origin,
+            options,
+            false,
+        )
+    }
+
+    /// A message of an explicit type with a JSON payload (faults, forwarded messages).
+    pub fn build(
+        &self,
+        message_type: &MessageType,
+        payload: impl Into<Payload>,
+        destination: String,
+        origin: &MessageOrigin,
+        options: SendOptions,
+        publish: bool,
+    ) -> Result<OutgoingMessage, PublishError> {
+        let now = Utc::now();
+        let mut headers = origin.headers.clone();
+        for (name, value) in options.headers.iter() {
+            headers.insert(name, value.clone());
+        }
+        if let Some(stamp) = TRACE_STAMP.get() {
+            stamp(&mut headers);
+        }
+        let all_types = message_type.all_types();
+        let envelope = Envelope {
+            message_id: Some(options.message_id.unwrap_or_else(Uuid::now_v7)),
+            request_id: options.request_id,
+            correlation_id: options.correlation_id,
+            conversation_id: Some(
+                options
+                    .conversation_id
+                    .or(origin.conversation_id)
+                    .unwrap_or_else(Uuid::now_v7),
+            ),
+            initiator_id: origin.initiator_id,
+            source_address: origin.source_address.clone(),
+            destination_address: Some(destination),
+            response_address: options.response_address,
+            fault_address: options.fault_address,
+            message_type: all_types.iter().map(|t| t.urn().to_owned()).collect(),
+            message: payload.into(),
+            expiration_time: options
+                .time_to_live
+                .and_then(|ttl| chrono::Duration::from_std(ttl).ok())
+                .map(|ttl| now + ttl),
+            sent_time: Some(now),
+            headers,
+            host: Some(HostInfo::shared()),
+        };
+        let publish_bindings = if publish {
+            all_types[1..]
+                .iter()
+                .map(|t| t.entity_name().to_owned())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let mut message = Self::from_envelope(envelope, publish_bindings);
+        if let Some(priority) = options.priority.or(origin.priority) {
+            message
+                .properties
+                .insert("RMQ-Priority".into(), Value::from(priority));
+        }
+        message.timestamp_headers = options.timestamp_headers;
+        if let Some(reply_to) = origin.reply_to.as_ref().filter(|_| message.is_reply_to()) {
+            // MassTransit's `ReplyToSendEndpoint` routes by the requester's reply-to name and
+            // `CopyIncomingPropertiesIfPresent` copies it onto the response.
+            for key in ["RMQ-RoutingKey", "RMQ-ReplyTo"] {
+                message
+                    .properties
+                    .insert(key.into(), Value::from(reply_to.as_str()));
+            }
+        }
+        Ok(message)
+    }
+
+    /// Wraps a complete envelope as an outgoing message.
+    pub fn from_envelope(envelope: Envelope, publish_bindings: Vec<String>) -> OutgoingMessage {
+        let body = Bytes::from(envelope.to_vec());
+        OutgoingMessage {
+            message_id: envelope.message_id.unwrap_or_else(Uuid::now_v7),
+            conversation_id: envelope.conversation_id,
+            correlation_id: envelope.correlation_id,
+            initiator_id: envelope.initiator_id,
+            request_id: envelope.request_id,
+            source_address: envelope.source_address,
+            destination_address: envelope.destination_address.unwrap_or_default(),
+            response_address: envelope.response_address,
+            fault_address: envelope.fault_address,
+            message_type: envelope.message_type,
+            content_type: ENVELOPE_CONTENT_TYPE.to_owned(),
+            body,
+            headers: envelope.headers,
+            sent_time: envelope.sent_time.unwrap_or_else(Utc::now),
+            expiration_time: envelope.expiration_time,
+            publish_bindings,
+            properties: Map::new(),
+            timestamp_headers: Vec::new(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::{Deserialize, Serialize};
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct OrderPlaced {
+        order_id: Uuid,
+    }
+
+    impl Message for OrderPlaced {
+        fn message_type() -> MessageType {
+            MessageType::parse("Bookstore.Contracts:OrderPlaced")
+                .unwrap()
+                .implements(MessageType::parse("Bookstore.Contracts:IOrderEvent").unwrap())
+        }
+    }
+
+    #[test]
+    fn priority_comes_from_the_consumed_message_unless_set() {
+        let factory = MessageFactory::new(HostAddress::new("rabbitmq", "localhost", None, "/"));
+        let origin = MessageOrigin {
+            priority: Some(4),
+            ..MessageOrigin::default()
+        };
+        let order = OrderPlaced {
+            order_id: Uuid::nil(),
+        };
+        let copied = factory
+            .publish(&order, &origin, SendOptions::new())
+            .unwrap();
+        assert_eq!(copied.properties["RMQ-Priority"], 4);
+        let own = factory
+            .publish(&order, &origin, SendOptions::new().priority(8))
+            .unwrap();
+        assert_eq!(own.properties["RMQ-Priority"], 8);
+        let none = factory
+            .publish(&order, &MessageOrigin::default(), SendOptions::new())
+            .unwrap();
+        assert!(none.properties.is_empty());
+    }
+
+    #[test]
+    fn publish_follows_masstransit_rules() {
+        let factory = MessageFactory::new(HostAddress::new("rabbitmq", "localhost", None, "/"));
+        let mut consumed = Envelope {
+            conversation_id: Some(Uuid::from_u128(7)),
+            request_id: Some(Uuid::from_u128(9)),
+            ..Envelope::default()
+        };
+        consumed.headers.insert("Tenant", "acme");
+        consumed.headers.insert("MT-Activity-Id", "x");
+        let origin = MessageOrigin::consumed(&consumed, "rabbitmq://localhost/billing");
+        let out = factory
+            .publish(
+                &OrderPlaced {
+                    order_id: Uuid::nil(),
+                },
+                &origin,
+                SendOptions::new(),
+            )
+            .unwrap();
+        assert_eq!(
+            out.destination_address,
+            "rabbitmq://localhost/Bookstore.Contracts:OrderPlaced"
+        );
+        assert_eq!(out.conversation_id, Some(Uuid::from_u128(7)));
+        assert_eq!(out.initiator_id, Some(Uuid::from_u128(9)));
+        assert_eq!(out.headers.get_str("tenant"), Some("acme"));
+        assert!(!out.headers.contains("MT-Activity-Id"));
+        assert_eq!(out.publish_bindings, ["Bookstore.Contracts:IOrderEvent"]);
+        assert_eq!(
+            out.transport_properties().unwrap()["RMQ-Exchange"],
+            "Bookstore.Contracts:OrderPlaced"
+        );
+        let envelope = Envelope::from_slice(&out.body).unwrap();
+        assert_eq!(envelope.message["orderId"], Uuid::nil().to_string());
+        assert_eq!(
+            envelope.source_address.as_deref(),
+            Some("rabbitmq://localhost/billing")
+        );
+    }
+
+    #[test]
+    fn derives_bindings_from_urns() {
+        let factory = MessageFactory::new(HostAddress::new("rabbitmq", "localhost", None, "/"));
+        let mut out = factory
+            .publish(
+                &OrderPlaced {
+                    order_id: Uuid::nil(),
+                },
+                &MessageOrigin::default(),
+                SendOptions::new(),
+            )
+            .unwrap();
+        out.publish_bindings.clear();
+        out.derive_publish_bindings();
+        assert_eq!(out.publish_bindings, ["Bookstore.Contracts:IOrderEvent"]);
+    }
+}

@@ -1,0 +1,12 @@
+//! Outgoing messages: what a publish, send or respond produces ([`OutgoingMessage`]), built by a
+//! [`MessageFactory`] with [`SendOptions`] and a [`MessageOrigin`].
+
+mod factory;
+mod message;
+mod options;
+mod publish;
+
+pub use factory::{set_trace_stamp, MessageFactory, TraceStamp};
+pub use message::OutgoingMessage;
+pub use options::{MessageOrigin, SendOptions};
+pub use publish::{MessageSink, Publish, SharedSink};
