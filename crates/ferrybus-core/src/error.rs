@@ -55,7 +55,8 @@ impl ConsumeErrorKind {
 /// [`ConsumeError::into_boxed`] where a boxed error is needed.
 ///
 /// ```
-/// use ferrybus_core::{ConsumeError, ConsumeErrorKind};
+/// use ferrybus_core::ConsumeError;
+/// use ferrybus_core::error::ConsumeErrorKind;
 ///
 /// fn parse(input: &str) -> Result<i32, ConsumeError> {
 ///     Ok(input.parse::<i32>()?)
@@ -338,7 +339,8 @@ impl PublishErrorKind {
 /// [`source`](std::error::Error::source).
 ///
 /// ```
-/// use ferrybus_core::{PublishError, PublishErrorKind};
+/// use ferrybus_core::PublishError;
+/// use ferrybus_core::error::PublishErrorKind;
 /// let error = PublishError::new(PublishErrorKind::NotConnected, "no connection within 5s");
 /// assert_eq!(error.kind(), PublishErrorKind::NotConnected);
 /// assert_eq!(error.to_string(), "not connected to the broker: no connection within 5s");
@@ -365,7 +367,8 @@ impl PublishError {
     /// displayed as the source alone.
     ///
     /// ```
-    /// use ferrybus_core::{PublishError, PublishErrorKind};
+    /// use ferrybus_core::PublishError;
+    /// use ferrybus_core::error::PublishErrorKind;
     /// let io = std::io::Error::other("not connected to the broker: connection refused");
     /// let error = PublishError::from_source(PublishErrorKind::NotConnected, io);
     /// assert_eq!(error.to_string(), "not connected to the broker: connection refused");

@@ -171,7 +171,8 @@ pub(crate) fn fault_payload(
 /// `MT-Fault-*` set describing the innermost error, and `MT-Host-*`.
 ///
 /// ```
-/// use ferrybus_core::{fault_headers, ConsumeError};
+/// use ferrybus_core::ConsumeError;
+/// use ferrybus_core::fault::fault_headers;
 /// let headers = fault_headers(&ConsumeError::handler("declined"), "rabbitmq://localhost/billing", None);
 /// assert_eq!(headers.get_str("MT-Reason"), Some("fault"));
 /// assert_eq!(headers.get_str("MT-Fault-Message"), Some("declined"));

@@ -107,9 +107,9 @@ impl Drop for Background {
 /// # struct Plain;
 /// # #[async_trait::async_trait]
 /// # impl Storage for Plain {
-/// #     async fn prepare(&self) -> Result<(), ferrybus_core::BoxError> { Ok(()) }
+/// #     async fn prepare(&self) -> Result<(), ferrybus_core::error::BoxError> { Ok(()) }
 /// #     fn inbox_layer(&self) -> BoxConsumeLayer { BoxConsumeLayer::new(tower::layer::util::Identity::new()) }
-/// #     fn start(&self, _: ferrybus_core::SharedSink) -> Background { Background::default() }
+/// #     fn start(&self, _: ferrybus_core::outgoing::SharedSink) -> Background { Background::default() }
 /// # }
 /// #[derive(Clone)]
 /// struct BatchInbox;

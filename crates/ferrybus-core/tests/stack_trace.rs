@@ -2,9 +2,7 @@
 //! of the build machine, at most 2048 characters (as MassTransit's `ExceptionUtil` cuts them).
 //! One test in its own binary, since it changes the process environment.
 
-use ferrybus_core::ConsumeError;
-
-use ferrybus_core::fault::ExceptionInfo;
+use ferrybus_core::{fault::ExceptionInfo, ConsumeError};
 
 #[derive(Debug, thiserror::Error)]
 #[error("invoice declined")]

@@ -153,7 +153,8 @@ pub fn format_traceparent(cx: &SpanContext) -> String {
 /// The sender's span context in `headers`: `MT-Activity-Id`, else `traceparent`.
 ///
 /// ```
-/// use ferrybus_core::{instrument::remote_parent, Headers};
+/// use ferrybus_core::Headers;
+/// use ferrybus_otel::remote_parent;
 /// let mut headers = Headers::new();
 /// headers.insert("MT-Activity-Id", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01");
 /// assert!(remote_parent(&headers).is_some());
@@ -173,7 +174,8 @@ pub fn remote_parent(headers: &Headers) -> Option<SpanContext> {
 /// `MT-Activity-Propagation` in `headers`.
 ///
 /// ```
-/// use ferrybus_core::{instrument::{propagation, Propagation}, Headers};
+/// use ferrybus_core::Headers;
+/// use ferrybus_otel::{propagation, Propagation};
 /// let mut headers = Headers::new();
 /// assert_eq!(propagation(&headers), Propagation::Child);
 /// headers.insert("MT-Activity-Propagation", "Link");

@@ -44,7 +44,11 @@ fn send_attributes(message: &OutgoingMessage, destination: &str, system: &str) -
 /// The `<destination> send` span and instruments of one message a transport puts on the broker.
 ///
 /// ```
-/// use ferrybus_core::{instrument::SendInstrument, HostAddress, MessageFactory, MessageOrigin, SendOptions};
+/// use ferrybus_core::SendOptions;
+/// use ferrybus_otel::SendInstrument;
+/// use ferrybus_core::address::HostAddress;
+/// use ferrybus_core::outgoing::MessageFactory;
+/// use ferrybus_core::outgoing::MessageOrigin;
 /// # #[derive(serde::Serialize, serde::Deserialize, ferrybus_core::Message)]
 /// # #[message(namespace = "Shop")]
 /// # struct OrderPlaced {}

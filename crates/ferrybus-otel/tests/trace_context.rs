@@ -49,6 +49,7 @@ fn exporter() -> &'static InMemorySpanExporter {
 
 async fn harness(queue: &'static str) -> TestHarness {
     TestHarness::builder()
+        .configure(ferrybus_otel::instrument)
         .receive_endpoint(queue, |e| {
             e.consumer(consumer_fn(
                 "PingConsumer",

@@ -297,7 +297,7 @@ impl EndpointConfig {
     /// chain. Asked after the storage's rules, before the built-in ones.
     ///
     /// ```
-    /// use ferrybus_core::resilience::Dependency;
+    /// use ferrybus_core::pause::Dependency;
     /// use ferrybus_core::EndpointConfig;
     /// #[derive(Debug, thiserror::Error)]
     /// #[error("the payment provider answered 503")]

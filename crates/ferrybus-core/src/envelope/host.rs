@@ -9,7 +9,7 @@ use serde_json::value::RawValue;
 /// a message. Fields are in MassTransit's order; every field is optional on read.
 ///
 /// ```
-/// let host = ferrybus_core::HostInfo::current();
+/// let host = ferrybus_core::envelope::HostInfo::current();
 /// assert_eq!(host.process_id, Some(std::process::id() as i64));
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

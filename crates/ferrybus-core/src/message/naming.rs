@@ -38,7 +38,7 @@ pub fn kebab_case(type_name: &str) -> String {
 ///
 /// ```
 /// struct InvoiceConsumer;
-/// assert_eq!(ferrybus_core::short_type_name::<InvoiceConsumer>(), "InvoiceConsumer");
+/// assert_eq!(ferrybus_core::message::short_type_name::<InvoiceConsumer>(), "InvoiceConsumer");
 /// ```
 pub fn short_type_name<T: ?Sized>() -> &'static str {
     let full = std::any::type_name::<T>();

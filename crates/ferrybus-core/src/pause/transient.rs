@@ -23,7 +23,8 @@ pub type Classifier = Arc<dyn Fn(&(dyn StdError + 'static)) -> Option<Dependency
 ///
 /// ```
 /// use ferrybus_core::pause::{Dependency, Transience};
-/// use ferrybus_core::{ConsumeError, PublishError, PublishErrorKind};
+/// use ferrybus_core::{ConsumeError, PublishError};
+/// use ferrybus_core::error::PublishErrorKind;
 ///
 /// let transience = Transience::default();
 /// let refused = ConsumeError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));

@@ -198,7 +198,8 @@ impl RabbitMqBusBuilder {
     ///
     /// ```no_run
     /// use std::time::Duration;
-    /// use ferrybus_core::{Publish, PublishErrorKind};
+    /// use ferrybus_core::Publish;
+    /// use ferrybus_core::error::PublishErrorKind;
     /// use ferrybus_rabbitmq::{Event, RabbitMqBus};
     /// # #[derive(serde::Serialize, serde::Deserialize)]
     /// # struct OrderPlaced { id: u32 }
