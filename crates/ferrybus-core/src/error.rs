@@ -461,7 +461,7 @@ pub(crate) fn dyn_error_type(error: &(dyn StdError + 'static)) -> String {
         chrono::ParseError,
         url::ParseError,
         tokio::time::error::Elapsed,
-        crate::dotnet::DotNetValueError,
+        ferrybus_dotnet::DotNetValueError,
         crate::envelope::EnvelopeError,
         crate::address::AddressError,
         PublishError,

@@ -34,7 +34,7 @@ pub struct Fault<T> {
     #[serde(default)]
     pub faulted_message_id: Option<Uuid>,
     /// When it faulted.
-    #[serde(default, with = "crate::dotnet::datetime::option")]
+    #[serde(default, with = "ferrybus_dotnet::datetime::option")]
     pub timestamp: Option<DateTime<Utc>>,
     /// What went wrong.
     #[serde(default)]
@@ -121,7 +121,7 @@ pub struct ReceiveFault {
     #[serde(default)]
     pub fault_id: Option<Uuid>,
     /// When it faulted.
-    #[serde(default, with = "crate::dotnet::datetime::option")]
+    #[serde(default, with = "ferrybus_dotnet::datetime::option")]
     pub timestamp: Option<DateTime<Utc>>,
     /// The id of the message, when it could be read.
     #[serde(default)]
@@ -198,7 +198,7 @@ pub fn fault_headers(
     // (`src/MassTransit.Abstractions/Contexts/SendContextExtensions.cs`, `SetExceptionHeaders`).
     headers.insert(
         "MT-Fault-Timestamp",
-        crate::dotnet::datetime::format_round_trip(&Utc::now()),
+        ferrybus_dotnet::datetime::format_round_trip(&Utc::now()),
     );
     headers.insert(
         "MT-Fault-StackTrace",

@@ -46,12 +46,6 @@ pub use receive::{ReceiveInstrument, ReceiveInstrumentLayer};
 pub use send::SendInstrument;
 pub use stamp::stamp;
 
-/// Span attribute: what the transport did with the delivery (`ack`, `duplicate`, `redeliver`,
-/// `fault`, `skip`, `abandon`).
-pub const SETTLEMENT_ATTRIBUTE: &str = "ferrybus.settlement";
-/// Span attribute: the inbox's decision for one consumer (`run`, `recover`, `duplicate`).
-pub const INBOX_DECISION_ATTRIBUTE: &str = "ferrybus.inbox.decision";
-
 /// Instruments a bus: every endpoint gets the receive span and instruments outermost
 /// ([`ReceiveInstrumentLayer`]), every consumer the process span and consume instruments
 /// innermost ([`ConsumeInstrumentLayer`]), and every message built carries the trace context it

@@ -14,6 +14,12 @@ use ferrybus_core::integration::TextCache;
 /// The instrumentation scope (meter and tracer) name ferrybus records under.
 pub const SCOPE: &str = "ferrybus";
 
+/// Span attribute: what the transport did with the delivery (`ack`, `duplicate`, `redeliver`,
+/// `fault`, `skip`, `abandon`).
+pub const SETTLEMENT_ATTRIBUTE: &str = "ferrybus.settlement";
+/// Span attribute: the inbox's decision for one consumer (`run`, `recover`, `duplicate`).
+pub const INBOX_DECISION_ATTRIBUTE: &str = "ferrybus.inbox.decision";
+
 /// Label: the service (MassTransit: the process name).
 pub const SERVICE_LABEL: &str = "messaging.masstransit.service";
 /// Label: the endpoint (the last path segment of its address, `.` as `_`).

@@ -19,9 +19,8 @@ use tower::{Layer, Service, ServiceExt};
 use crate::context::{propagation, remote_parent, Propagation};
 use crate::metrics::{
     self, endpoint_label, exception_type_label, service_label, shared_string, ENDPOINT_LABEL,
-    EXCEPTION_TYPE_LABEL, SCOPE,
+    EXCEPTION_TYPE_LABEL, SCOPE, SETTLEMENT_ATTRIBUTE,
 };
-use crate::SETTLEMENT_ATTRIBUTE;
 
 /// The messaging system of an address's scheme (`rabbitmq://…` → `rabbitmq`).
 fn system_of(address: &str) -> String {

@@ -12,13 +12,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use ferrybus_core::{consumer_fn, ConsumeContext, ConsumeError, Publish, RetryPolicy};
+use ferrybus_core::endpoint::BoxEndpointService;
+use ferrybus_core::{
+    consumer_fn, ConsumeContext, ConsumeError, Delivery, Message, Publish, RetryPolicy,
+    SendOptions, Settlement,
+};
 use ferrybus_rabbitmq::{Event, RabbitMqBus};
 use ferrybus_resilience::{KillSwitchLayer, KillSwitchOptions};
 use ferrybus_testing::{amqp_url, eventually, header_str, unique, wait_event, Probe, WAIT};
 use lapin::options::BasicGetOptions;
 use lapin::types::FieldTable;
 use tokio::sync::broadcast;
+use tower::ServiceExt;
 
 test_message!(Job, "FerrybusTests.Pause:Job");
 
@@ -268,28 +273,72 @@ async fn a_kill_switch_stops_the_endpoint_and_restarts_it() {
     probe.cleanup().await;
 }
 
+/// Counts the settlements of one kind an endpoint's deliveries end with, as any endpoint layer
+/// sees them.
+#[derive(Clone, Default)]
+struct CountingLayer {
+    faults: Arc<AtomicU32>,
+    receive_faults: Arc<AtomicU32>,
+}
+
+impl tower::Layer<BoxEndpointService> for CountingLayer {
+    type Service = BoxEndpointService;
+
+    fn layer(&self, inner: BoxEndpointService) -> BoxEndpointService {
+        let counts = self.clone();
+        BoxEndpointService::new(tower::service_fn(move |delivery: Delivery| {
+            let (inner, counts) = (inner.clone(), counts.clone());
+            async move {
+                let settlement = inner.oneshot(delivery).await?;
+                if let Settlement::Fault(faulted) = &settlement {
+                    counts.faults.fetch_add(1, Ordering::SeqCst);
+                    if faulted.receive_fault {
+                        counts.receive_faults.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+                Ok::<_, std::convert::Infallible>(settlement)
+            }
+        }))
+    }
+}
+
+/// A poison message that crashed its consumer's process each time it was delivered reaches the
+/// quorum queue's delivery limit: the endpoint (not the transport) faults it, unconsumed, as it
+/// faults every other delivery — through the endpoint's layers, with a `ReceiveFault` naming the
+/// message's id and types — instead of the broker dropping it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_at_the_quorum_delivery_limit_ends_in_error_with_its_fault() {
     ferrybus_testing::init_tracing();
     let probe = Probe::connect(&amqp_url()).await;
     let queue = unique("pause-poison");
+    let faults = unique("pause-poison-faults");
     probe.track_endpoint(&queue);
+    probe.track(&[&faults], &[&faults]);
     let seen = Seen::<Job>::default();
+    let counting = CountingLayer::default();
     let builder = || {
         let record = recorder(seen.clone());
+        let counting = counting.clone();
         RabbitMqBus::builder(&amqp_url()).receive_endpoint(&queue, |e| {
             e.bind_message_types(false)
                 .quorum()
                 .delivery_limit(3)
+                .layer(counting)
                 .consumer(consumer_fn("Jobs", record))
         })
     };
     // Declare the topology, then stop: the message waits.
     start(builder()).await.stop().await;
     let sender = start(RabbitMqBus::builder(&amqp_url())).await;
-    // Through the endpoint's exchange (`queue:` would declare a classic queue of that name).
-    sender
-        .send(&format!("exchange:{queue}"), &Job { n: 1, fail: false })
+    // Through the endpoint's exchange (`queue:` would declare a classic queue of that name); its
+    // faults go to a queue of this test's own.
+    let options = SendOptions::new().fault_address(format!("queue:{faults}"));
+    let id = sender
+        .send_with(
+            &format!("exchange:{queue}"),
+            &Job { n: 1, fail: false },
+            options,
+        )
         .await
         .unwrap();
     sender.stop().await;
@@ -324,6 +373,25 @@ async fn a_message_at_the_quorum_delivery_limit_ends_in_error_with_its_fault() {
         "the consumer did not run again"
     );
     assert_eq!(probe.queue_count(&queue).await, Some(0));
+    // The endpoint's layers saw it settle as a fault, as they see every fault.
+    assert_eq!(counting.faults.load(Ordering::SeqCst), 1);
+    assert_eq!(counting.receive_faults.load(Ordering::SeqCst), 1);
+    // Its fault names the message as every fault does: its id and its types.
+    let fault = probe.wait_get(&faults).await;
+    let fault: serde_json::Value = serde_json::from_slice(&fault.delivery.data).unwrap();
+    assert_eq!(
+        fault["messageType"][0],
+        "urn:message:MassTransit:ReceiveFault"
+    );
+    assert_eq!(fault["message"]["faultedMessageId"], id.to_string());
+    assert_eq!(
+        fault["message"]["faultMessageTypes"],
+        serde_json::json!(Job::message_type().urns())
+    );
+    assert!(fault["message"]["exceptions"][0]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .contains("delivery limit is 3"));
     bus.stop().await;
     probe.cleanup().await;
 }

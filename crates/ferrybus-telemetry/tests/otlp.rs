@@ -61,6 +61,7 @@ async fn spans_and_metrics_reach_an_otlp_receiver() {
 
     let queue = unique("otlp");
     let harness = TestHarness::builder()
+        .configure(ferrybus_otel::instrument)
         .receive_endpoint(&queue, |e| {
             e.consumer(consumer_fn(
                 "PingConsumer",

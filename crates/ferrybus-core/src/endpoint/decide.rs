@@ -30,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use super::delivery::Delivery;
+use super::error::DeliveryLimitReached;
 use super::read::media_type;
 use super::settlement::{Faulted, Redelivery, Settlement};
 use crate::consume::{ConsumeOutcome, ConsumerInfo, ReceivedMessage, RetryPolicy};
@@ -39,15 +40,6 @@ use crate::error::{ConsumeError, ConsumeErrorKind};
 use crate::fault::{fault_headers, fault_payload, skipped_headers, ExceptionInfo, ReceiveFault};
 use crate::message::{Message, MessageType};
 use crate::outgoing::{MessageFactory, MessageOrigin, OutgoingMessage, SendOptions};
-
-/// Why a delivery went to the error queue without running any consumer: the broker delivered it
-/// `count` times without it being settled (a consumer that crashed the process each time).
-#[derive(Debug, thiserror::Error)]
-#[error("delivered {count} times without being settled (the queue's delivery limit is {limit}): moved to the error queue without running the consumer again")]
-pub struct DeliveryLimitReached {
-    count: u32,
-    limit: u32,
-}
 
 /// What decides the settlement of every delivery of one endpoint.
 pub(crate) struct Decider {

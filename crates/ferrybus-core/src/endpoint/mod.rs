@@ -48,6 +48,7 @@ mod boundary;
 mod config;
 mod decide;
 mod delivery;
+mod error;
 mod read;
 mod registration;
 mod service;
@@ -57,8 +58,8 @@ pub use boundary::Endpoint;
 pub use config::{
     EndpointConfig, EndpointContext, DEFAULT_MAX_BODY_SIZE, DEFAULT_TRANSIENT_STRIKES,
 };
-pub use decide::DeliveryLimitReached;
 pub use delivery::Delivery;
+pub use error::DeliveryLimitReached;
 pub use registration::{ConsumerBuild, ConsumerRegistration};
 pub use service::{BoxEndpointLayer, BoxEndpointService};
 pub use settlement::{Faulted, Redelivery, Settlement, SettlementKind};

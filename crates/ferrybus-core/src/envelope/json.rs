@@ -3,7 +3,7 @@
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::model::EnvelopeError;
+use super::error::EnvelopeError;
 
 /// Parses JSON strictly, and falls back to a lenient parser that skips `//` and `/* */` comments
 /// and trailing commas, as System.Text.Json does with MassTransit's options.

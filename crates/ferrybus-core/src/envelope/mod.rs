@@ -22,6 +22,7 @@
 //! assert_eq!(keys[0], "messageId");
 //! ```
 
+mod error;
 mod headers;
 mod host;
 mod json;
@@ -29,9 +30,10 @@ mod model;
 mod payload;
 mod read;
 
+pub use error::EnvelopeError;
 pub use headers::{is_mt_header, Headers};
 pub use host::HostInfo;
 pub use json::{parse_dotnet_guid, parse_json};
-pub use model::{Envelope, EnvelopeError, ENVELOPE_CONTENT_TYPE, RAW_JSON_CONTENT_TYPE};
+pub use model::{Envelope, ENVELOPE_CONTENT_TYPE, RAW_JSON_CONTENT_TYPE};
 pub use payload::Payload;
 pub(crate) use read::read_host;

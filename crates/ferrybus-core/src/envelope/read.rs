@@ -18,10 +18,11 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 use uuid::Uuid;
 
+use super::error::EnvelopeError;
 use super::headers::Headers;
 use super::host::HostInfo;
 use super::json::{parse_dotnet_guid, parse_lenient};
-use super::model::{Envelope, EnvelopeError};
+use super::model::Envelope;
 use super::payload::Payload;
 use crate::shared_text::TextCache;
 
@@ -362,7 +363,7 @@ fn time(field: &'static str, value: Loose<'_>) -> Result<Option<DateTime<Utc>>, 
     match value {
         Loose::Null => Ok(None),
         Loose::Text(s) if s.is_empty() => Ok(None),
-        Loose::Text(s) => crate::dotnet::datetime::parse_datetime(s.trim())
+        Loose::Text(s) => ferrybus_dotnet::datetime::parse_datetime(s.trim())
             .map(Some)
             .map_err(|_| EnvelopeError::field(field, format!("{s:?} is not a date-time"))),
         Loose::Wrong(kind) => Err(EnvelopeError::field(

@@ -101,7 +101,7 @@ impl SendOptions {
     /// ```
     pub fn header_time(mut self, name: impl Into<String>, value: DateTime<Utc>) -> Self {
         let name = name.into();
-        let text = crate::dotnet::datetime::format_round_trip(&value);
+        let text = ferrybus_dotnet::datetime::format_round_trip(&value);
         self.headers.insert(name.clone(), text);
         self.timestamp_headers.push(name);
         self
