@@ -34,7 +34,7 @@ impl AddressError {
 /// or `rabbitmq://broker:5673/sales/`. Addresses of exchanges and queues are built from it.
 ///
 /// ```
-/// use ferrybus_core::HostAddress;
+/// use ferrybus_core::address::HostAddress;
 /// let host = HostAddress::new("rabbitmq", "localhost", None, "/");
 /// assert_eq!(host.entity_address("billing-invoice"), "rabbitmq://localhost/billing-invoice");
 /// assert_eq!(host.resolve("queue:orders").unwrap(), "rabbitmq://localhost/orders?bind=true");
@@ -141,7 +141,7 @@ impl fmt::Display for HostAddress {
 /// A parsed MassTransit endpoint address: the entity name (last path segment) and its options.
 ///
 /// ```
-/// use ferrybus_core::EndpointAddress;
+/// use ferrybus_core::address::EndpointAddress;
 /// let a = EndpointAddress::parse("rabbitmq://localhost/masstransit/orders?bind=true").unwrap();
 /// assert_eq!(a.name, "orders");
 /// assert_eq!(a.vhost, "masstransit");
@@ -197,7 +197,7 @@ impl EndpointAddress {
     /// process-wide cache).
     ///
     /// ```
-    /// use ferrybus_core::EndpointAddress;
+    /// use ferrybus_core::address::EndpointAddress;
     /// let a = EndpointAddress::parse_shared("rabbitmq://localhost/orders").unwrap();
     /// let b = EndpointAddress::parse_shared("rabbitmq://localhost/orders").unwrap();
     /// assert!(std::sync::Arc::ptr_eq(&a, &b));

@@ -107,6 +107,6 @@ struct MessagesGuideDoctests;
 #[doc = include_str!("../../../docs/consumers-and-pipeline.md")]
 struct ConsumersGuideDoctests;
 
-#[cfg(all(doctest, feature = "saga", feature = "sea-orm"))]
+#[cfg(doctest)]
 #[doc = include_str!("../../../docs/sagas.md")]
 struct SagasGuideDoctests;

@@ -82,7 +82,7 @@ impl HostInfo {
     /// carries in its envelope's `host` (a reference count, not a copy per message).
     ///
     /// ```
-    /// use ferrybus_core::HostInfo;
+    /// use ferrybus_core::envelope::HostInfo;
     /// assert_eq!(*HostInfo::shared(), *HostInfo::current());
     /// ```
     pub fn shared() -> Arc<HostInfo> {
@@ -99,7 +99,7 @@ impl HostInfo {
     /// before any message is written takes effect; returns whether it did.
     ///
     /// ```
-    /// use ferrybus_core::HostInfo;
+    /// use ferrybus_core::envelope::HostInfo;
     /// HostInfo::set_application(env!("CARGO_PKG_NAME"), env!("CARGO_PKG_VERSION"));
     /// let host = HostInfo::current();
     /// assert_eq!(host.assembly.as_deref(), Some("ferrybus-core"));

@@ -8,7 +8,7 @@ use uuid::Uuid;
 /// trailing `Consumer` removed.
 ///
 /// ```
-/// use ferrybus_core::kebab_case;
+/// use ferrybus_core::message::kebab_case;
 /// assert_eq!(kebab_case("SubmitOrderConsumer"), "submit-order");
 /// assert_eq!(kebab_case("OrderAPI"), "order-api");
 /// assert_eq!(kebab_case("billing_invoice"), "billing-invoice");
@@ -56,7 +56,7 @@ pub fn short_type_name<T: ?Sized>() -> &'static str {
 /// other (masstransit-outbox §2.1):
 ///
 /// ```
-/// use ferrybus_core::consumer_id;
+/// use ferrybus_core::message::consumer_id;
 /// let id = consumer_id(
 ///     "Sample.Components.Consumers.ValidateRegistrationConsumer",
 ///     "Sample.Components.Contracts.RegistrationSubmitted",
