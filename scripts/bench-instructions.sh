@@ -14,7 +14,7 @@
 #
 # The total is every instruction of the bench process (all threads): the service's work per order plus
 # the bench's own per-order share (building and pre-filling the backlog, the 50 ms progress polls).
-# Counts repeat to within about 0.2 %. Prints the figure alone on stdout; details go to stderr.
+# Counts repeat to within about 1 % (the number of 50 ms polls follows the run's duration). Prints the figure alone on stdout; details go to stderr.
 #
 # Environment: SIDE=ferrybus (default) or twin (the hand-written lapin + tokio-postgres twin);
 # SMALL_ORDERS, LARGE_ORDERS; AMQP_URL, DATABASE_URL (the bench's defaults otherwise: local RabbitMQ
