@@ -24,6 +24,18 @@ const CAPACITY: usize = 1024;
 /// ```
 pub struct TextCache<V>(LazyLock<Mutex<HashMap<Box<str>, V>>>);
 
+impl<V: Clone> Default for TextCache<V> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<V> std::fmt::Debug for TextCache<V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TextCache").finish_non_exhaustive()
+    }
+}
+
 impl<V: Clone> TextCache<V> {
     /// An empty cache.
     pub const fn new() -> Self {

@@ -59,7 +59,7 @@ pub enum Event {
     },
     /// An endpoint paused: it takes no deliveries until it resumes (a transient failure of
     /// the database or the broker, a kill switch, a circuit breaker; see
-    /// [`ferrybus_core::resilience`]). Unsettled deliveries went back to the queue.
+    /// [`ferrybus_core::pause`]). Unsettled deliveries went back to the queue.
     EndpointPaused {
         /// The queue.
         queue: String,

@@ -3,8 +3,8 @@
 //! Prometheus text at `/metrics`, and health checks at `/health/live` and `/health/ready`, as
 //! axum router fragments.
 //!
-//! The spans and instruments themselves are recorded by `ferrybus-core`
-//! ([`ferrybus_core::instrument`]) through the OpenTelemetry API; this crate installs what
+//! The spans and instruments themselves are recorded by `ferrybus-otel`
+//! ([`ferrybus_otel`]) through the OpenTelemetry API; this crate installs what
 //! exports them.
 //!
 //! ```no_run

@@ -52,7 +52,7 @@ pub struct OutgoingMessage {
     /// wrote (MassTransit's `OutboxMessage.Properties`: `Delay`, `Durable`, `Mandatory`,
     /// `RMQ-RoutingKey`, `RMQ-Priority`, …), for the transport to apply when it sends, as
     /// MassTransit's `TransportSendContext.ReadPropertiesFrom` does; empty for messages built
-    /// by ferrybus, except `RMQ-Priority` (set with [`SendOptions::priority`] or copied from the
+    /// by ferrybus, except `RMQ-Priority` (set with [`SendOptions::priority`](super::SendOptions::priority) or copied from the
     /// consumed message, as MassTransit's `CopyIncomingPropertiesIfPresent` does). Stored in the
     /// outbox row's `Properties`, as MassTransit stores them.
     pub properties: Map<String, Value>,

@@ -17,7 +17,7 @@ use crate::error::{ConsumeError, ConsumeErrorKind, PublishError, PublishErrorKin
 pub type Classifier = Arc<dyn Fn(&(dyn StdError + 'static)) -> Option<Dependency> + Send + Sync>;
 
 /// The classifiers of one endpoint, asked in order for every error in the chain, outermost
-/// first: the storage's (see [`Storage::classify`](crate::Storage::classify)), the endpoint's
+/// first: the storage's (see [`Storage::classify`](crate::storage::Storage::classify)), the endpoint's
 /// own ([`EndpointConfig::transient_if`](crate::EndpointConfig::transient_if)), then the
 /// built-in rules of [`builtin`].
 ///
