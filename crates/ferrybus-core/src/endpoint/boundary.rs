@@ -37,8 +37,10 @@ pub struct Endpoint {
 enum Stack {
     /// No endpoint layers: the endpoint service itself (one allocation per delivery).
     Bare(EndpointService),
-    /// The endpoint service inside the endpoint's layers.
-    Layered(BoxEndpointService),
+    /// The endpoint service inside its layers; `true` when some of them are the endpoint's own,
+    /// which find the endpoint's pause switch in each delivery's extensions (the bus's layers,
+    /// the instruments, need no such lookup).
+    Layered(BoxEndpointService, bool),
 }
 
 impl Endpoint {
@@ -58,9 +60,10 @@ impl Endpoint {
         service: BoxEndpointService,
         input_address: String,
         control: EndpointControl,
+        own_layers: bool,
     ) -> Self {
         Self {
-            stack: Stack::Layered(service),
+            stack: Stack::Layered(service, own_layers),
             input_address: input_address.into(),
             control,
         }
@@ -81,7 +84,7 @@ impl Endpoint {
 
 impl std::fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let layered = matches!(self.stack, Stack::Layered(_));
+        let layered = matches!(self.stack, Stack::Layered(..));
         f.debug_struct("Endpoint")
             .field("input_address", &self.input_address)
             .field("layered", &layered)
@@ -103,8 +106,10 @@ impl Service<Delivery> for Endpoint {
         let input_address = self.input_address.clone();
         match &mut self.stack {
             Stack::Bare(service) => guarded(service.handle(delivery), input_address),
-            Stack::Layered(service) => {
-                delivery.extensions.insert(self.control.clone());
+            Stack::Layered(service, own_layers) => {
+                if *own_layers {
+                    delivery.extensions.insert(self.control.clone());
+                }
                 guarded(service.clone().oneshot(delivery), input_address)
             }
         }

@@ -434,7 +434,12 @@ impl EndpointConfig {
             .fold(BoxCloneSyncService::new(endpoint), |inner, layer| {
                 layer.layer(inner)
             });
-        Endpoint::layered(layered, context.input_address, control)
+        Endpoint::layered(
+            layered,
+            context.input_address,
+            control,
+            !self.layers.is_empty(),
+        )
     }
 
     /// The guard between retry and the inbox: the storage's rules first, then the endpoint's,

@@ -19,7 +19,8 @@ use tower::util::BoxCloneSyncService;
 use tower::Layer;
 
 use crate::consume::{BoxConsumeLayer, BoxConsumeService, ConsumerInfo, RetryLayer, RetryPolicy};
-use crate::pause::TransientGuardLayer;
+use crate::error::ConsumeError;
+use crate::pause::{Guarded, TransientGuardLayer};
 use crate::storage::Storage;
 
 /// Builds one consumer's stack when its endpoint is built.
@@ -152,13 +153,12 @@ impl ConsumerBuild<'_> {
     /// `service` behind the transient guard, then retry: what every stack has outermost.
     pub fn guarded_retry<S, R>(&self, service: S) -> BoxCloneSyncService<R, S::Response, S::Error>
     where
-        S: tower::Service<R, Error = crate::ConsumeError> + Clone + Send + Sync + 'static,
+        S: tower::Service<R, Error = ConsumeError> + Clone + Send + Sync + 'static,
         S::Response: Send + 'static,
         S::Future: Send + 'static,
-        R: crate::pause::Guarded + Send + 'static,
-        RetryPolicy: tower::retry::Policy<R, S::Response, crate::ConsumeError>,
-        <RetryPolicy as tower::retry::Policy<R, S::Response, crate::ConsumeError>>::Future:
-            Send + 'static,
+        R: Guarded + Send + 'static,
+        RetryPolicy: tower::retry::Policy<R, S::Response, ConsumeError>,
+        <RetryPolicy as tower::retry::Policy<R, S::Response, ConsumeError>>::Future: Send + 'static,
     {
         let guarded = match self.guard {
             Some(guard) => BoxCloneSyncService::new(guard.layer(service)),
