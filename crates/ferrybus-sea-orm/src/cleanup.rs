@@ -9,8 +9,8 @@ use tokio_util::sync::CancellationToken;
 use ferrybus_core::Background;
 
 use crate::background::sleep_or_cancel;
-use crate::config::StorageConfig;
 use crate::error::StoreError;
+use crate::settings::StorageConfig;
 use crate::telemetry::INBOX_CLEANUP_DELETED_TOTAL;
 
 /// Settings of the [`InboxCleanup`].

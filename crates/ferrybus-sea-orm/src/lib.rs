@@ -81,15 +81,16 @@
 mod background;
 mod cleanup;
 mod config;
-mod connections;
 mod consumer_outbox;
 mod delivery;
 pub mod entity;
 mod error;
+mod fast;
 mod inbox;
 pub mod migrate;
 mod outbox;
 mod send;
+mod settings;
 mod sql;
 pub mod status;
 mod storage;
@@ -100,7 +101,8 @@ mod transient;
 
 pub use config::{NamingStyle, Tables, TimestampType};
 pub use error::{StoreError, StoreErrorKind};
-pub use inbox::{InboxTransaction, TransactionExt};
+pub use fast::InboxTransaction;
+pub use inbox::TransactionExt;
 pub use migrate::Migrator;
 pub use outbox::{BusOutbox, OutboxPublisher};
 pub use storage::PostgresStorage;

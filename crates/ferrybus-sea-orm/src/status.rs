@@ -32,10 +32,11 @@ use sea_orm::{
     IsolationLevel, TransactionTrait,
 };
 
-use crate::config::{StorageConfig, Tables};
+use crate::config::Tables;
 use crate::entity::OutboxTable::{InboxState, OutboxMessage, OutboxState};
 use crate::entity::{inbox_state, outbox_message, outbox_state};
 use crate::error::{StoreError, StoreErrorKind};
+use crate::settings::StorageConfig;
 use crate::sql::build;
 use crate::sql::names::Names;
 
@@ -418,11 +419,7 @@ fn lock_holders(names: &Names) -> SelectStatement {
         .expr_as(col("xact_start"), a("transaction_start"))
         .from(names.table_as(OutboxState, "s"))
         .inner_join(
-            crate::sql::names::schema_table(
-                a("pg_catalog"),
-                a("pg_stat_activity"),
-                Some(act.clone()),
-            ),
+            crate::entity::schema_table(a("pg_catalog"), a("pg_stat_activity"), Some(act.clone())),
             Expr::expr(text(col("backend_xid"))).eq(text(Expr::col((s, a("xmax"))))),
         )
         .and_where(Expr::expr(col("pid")).ne(Func::cust(a("pg_backend_pid"))))

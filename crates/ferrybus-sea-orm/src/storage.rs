@@ -11,12 +11,13 @@ use sea_orm::{ConnectionTrait, DatabaseConnection};
 use uuid::Uuid;
 
 use crate::cleanup::{CleanupConfig, InboxCleanup};
-use crate::config::{StorageConfig, Tables};
-use crate::connections::Connections;
+use crate::config::Tables;
 use crate::delivery::{DeliveryConfig, OutboxDeliveryService};
 use crate::error::StoreError;
+use crate::fast::{postgres_pool, Connections};
 use crate::inbox::{BatchInboxLayer, Handoff, InboxConfig, InboxLayer};
 use crate::migrate::Migrator;
+use crate::settings::StorageConfig;
 
 /// The inbox, consumer outbox and bus outbox on PostgreSQL, on MassTransit's tables: give it to a
 /// bus builder (`.storage(PostgresStorage::new(db))`) and every endpoint that calls `.inbox()`
@@ -387,7 +388,7 @@ impl Storage for PostgresStorage {
     ///
     /// [`StoreErrorKind::Config`]: crate::StoreErrorKind::Config
     async fn prepare(&self) -> Result<(), BoxError> {
-        crate::delivery::listener::postgres_pool(&self.db)?;
+        postgres_pool(&self.db)?;
         if self.migrate {
             Migrator::new(self.tables.clone()).run(&self.db).await?;
         }

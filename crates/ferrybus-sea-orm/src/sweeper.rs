@@ -7,9 +7,10 @@ use chrono::Utc;
 use ferrybus_core::SharedSink;
 use sea_orm::{ConnectionTrait, DatabaseConnection, FromQueryResult};
 
-use crate::consumer_outbox::{self, InboxKey};
+use crate::consumer_outbox;
 use crate::error::StoreError;
-use crate::sql::{Begin, Sql, StrandedInbox};
+use crate::fast::Begin;
+use crate::sql::{InboxKey, Sql, StrandedInbox};
 use crate::telemetry::SendSource;
 
 /// Claims up to `batch` inbox rows consumed more than `age` ago and not delivered (skipping rows

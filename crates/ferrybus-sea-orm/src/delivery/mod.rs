@@ -15,9 +15,9 @@ use tokio_util::sync::CancellationToken;
 use ferrybus_core::Background;
 
 use crate::background::sleep_or_cancel;
-use crate::config::StorageConfig;
 use crate::error::StoreError;
-use crate::sql::Begin;
+use crate::fast::{postgres_pool, Begin};
+use crate::settings::StorageConfig;
 use crate::sweeper;
 
 use backoff::Backoff;
@@ -171,7 +171,7 @@ impl OutboxDeliveryService {
         // Notifications and "claimed a full batch" both wake one idle worker.
         let wake = Arc::new(Notify::new());
         let mut tasks = Vec::new();
-        match listener::postgres_pool(&self.db) {
+        match postgres_pool(&self.db) {
             Ok(pool) => {
                 let channel = self.config.storage.channel().to_owned();
                 tasks.push(tokio::spawn(listener::listen(

@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 use ferrybus_core::{consumer_id, ConsumerInfo};
 use uuid::Uuid;
 
-use crate::config::StorageConfig;
+use crate::settings::StorageConfig;
 
 #[derive(Clone, Debug)]
 enum ConsumerIdSource {

@@ -2,7 +2,7 @@
 
 use ferrybus_core::{ConsumeContext, ConsumeRequest, Message};
 
-use crate::inbox::InboxTransaction;
+use crate::fast::InboxTransaction;
 
 /// Gives consumers the inbox's open transaction: their writes commit together with the inbox
 /// row and the messages they publish, or roll back together. The inbox puts it into the request

@@ -1,6 +1,5 @@
 //! The per-delivery algorithm of the inbox (see the module docs for the diagram).
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use chrono::Utc;
@@ -10,13 +9,13 @@ use tower::{Service, ServiceExt};
 use tracing::Instrument;
 use uuid::Uuid;
 
-use crate::consumer_outbox::{self, InboxKey};
+use crate::consumer_outbox;
 use crate::error::{StoreError, StoreErrorKind};
+use crate::fast::InboxTransaction;
 use crate::inbox::handoff::Committed;
 use crate::inbox::layer::Shared;
 use crate::inbox::sink::CaptureSink;
-use crate::inbox::InboxTransaction;
-use crate::sql::{RowState, Sql, StoredRow};
+use crate::sql::{InboxKey, RowState, Sql, StoredRow};
 use crate::telemetry::{
     inbox_stage, timed, SendSource, INBOX_DUPLICATES_TOTAL, INBOX_RECOVERED_TOTAL,
 };
@@ -73,8 +72,8 @@ where
     S::Future: Send,
 {
     let sql = shared.config.storage().sql();
-    // Guess from the last delivery whether this one publishes (see `RunRow`).
-    let pending = shared.publishes.load(Ordering::Relaxed);
+    // Whether this delivery publishes, guessed from the last one (see `RunRow`).
+    let pending = shared.publish_guess.publishes();
     let (txn, claim) = timed(&inbox_stage::CLAIM, begin_claim(&shared, sql, key, pending))
         .await
         .map_err(StoreError::into_consume_error)?;
@@ -263,9 +262,7 @@ where
     let seqs = timed(&inbox_stage::COMMIT, commit(txn, sql, key, row, &messages))
         .await
         .map_err(StoreError::into_consume_error)?;
-    shared
-        .publishes
-        .store(!messages.is_empty(), Ordering::Relaxed);
+    shared.publish_guess.learn(!messages.is_empty());
     if messages.is_empty() {
         return Ok(outcome);
     }

@@ -23,13 +23,11 @@ use sea_orm::{ConnectionTrait, FromQueryResult};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::StorageConfig;
-use crate::connections::Connections;
-use crate::consumer_outbox::InboxKey;
 use crate::error::StoreError;
-use crate::inbox::InboxTransaction;
+use crate::fast::{Connections, InboxTransaction};
 use crate::send::send_in_order;
-use crate::sql::{LockedInbox, StoredRow};
+use crate::settings::StorageConfig;
+use crate::sql::{InboxKey, LockedInbox, StoredRow};
 use crate::telemetry::{inbox_stage, timed, SendSource};
 
 /// How many entries one pass takes at most.

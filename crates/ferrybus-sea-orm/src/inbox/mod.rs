@@ -27,7 +27,6 @@ mod flow;
 mod handoff;
 mod layer;
 mod sink;
-mod transaction;
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -41,7 +40,6 @@ pub(crate) use config::InboxConfig;
 pub use context::TransactionExt;
 pub(crate) use handoff::Handoff;
 pub(crate) use layer::InboxLayer;
-pub use transaction::InboxTransaction;
 
 use layer::Shared;
 

@@ -10,8 +10,8 @@ use ferrybus_core::{
 use sea_orm::{ConnectionTrait, FromQueryResult};
 use uuid::Uuid;
 
-use crate::config::StorageConfig;
 use crate::error::{StoreError, StoreErrorKind};
+use crate::settings::StorageConfig;
 use crate::sql::WrittenOutbox;
 use crate::storage::PostgresStorage;
 
