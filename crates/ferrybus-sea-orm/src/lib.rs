@@ -82,6 +82,7 @@ mod background;
 mod cleanup;
 mod config;
 mod consumer_outbox;
+pub mod defaults;
 mod delivery;
 pub mod entity;
 mod error;

@@ -13,20 +13,24 @@ use crate::fast::Begin;
 use crate::sql::{InboxKey, Sql, StrandedInbox};
 use crate::telemetry::SendSource;
 
-/// Claims up to `batch` inbox rows consumed more than `age` ago and not delivered (skipping rows
-/// a delivery holds), sends their remaining messages, marks them delivered and deletes the
-/// rows, in one transaction. Returns how many entries were completed.
+/// The inbox rows one sweep claims at most.
+const SWEEP_BATCH: u64 = 32;
+
+/// Claims up to [`SWEEP_BATCH`] inbox rows consumed more than `age` ago and not delivered
+/// (skipping rows a delivery holds), sends their remaining messages, marks them delivered and
+/// deletes the rows, in one transaction. Returns how many entries were completed.
 pub(crate) async fn sweep(
     db: &DatabaseConnection,
     begin: &Begin,
     sql: &Sql,
     sink: &SharedSink,
     age: Duration,
-    batch: u64,
 ) -> Result<usize, StoreError> {
     let before = Utc::now() - chrono::Duration::from_std(age).unwrap_or(chrono::Duration::zero());
     let txn = begin.read_committed(db).await?;
-    let claimed = txn.query_all_raw(sql.sweep_claim(before, batch)).await?;
+    let claimed = txn
+        .query_all_raw(sql.sweep_claim(before, SWEEP_BATCH))
+        .await?;
     let mut completed = 0;
     for row in &claimed {
         let stranded = StrandedInbox::from_query_result(row, "")?;

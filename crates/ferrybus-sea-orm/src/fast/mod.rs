@@ -50,7 +50,8 @@
 //!   its own) — the reason [`Connections`] keeps them; `close_on_drop()` closes it instead, which
 //!   rolls an open transaction back on the server.
 //! - [ ] `Pool::acquire`, `num_idle`, `size`, `options().get_max_connections()`, `is_closed`
-//!   ([`Connections`]: a starved pool gets its connection back; `a_starved_pool_gets_its_connection_back`).
+//!   ([`Connections`]: a starved pool gets its connection back;
+//!   `a_starved_pool_gets_its_connection_back`).
 //! - [ ] `sqlx::query_with(AssertSqlSafe(text), values)` runs a prepared (cached) statement and
 //!   `sqlx::raw_sql(AssertSqlSafe(text))` a simple-protocol one (`BEGIN`, `COMMIT`, `ROLLBACK`,
 //!   `execute_unprepared`); `AssertSqlSafe` is sqlx 0.9's marker.

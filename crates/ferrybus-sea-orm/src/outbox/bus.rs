@@ -11,7 +11,7 @@ use sea_orm::{ConnectionTrait, FromQueryResult};
 use uuid::Uuid;
 
 use crate::error::{StoreError, StoreErrorKind};
-use crate::settings::StorageConfig;
+use crate::settings::Settings;
 use crate::sql::WrittenOutbox;
 use crate::storage::PostgresStorage;
 
@@ -43,7 +43,7 @@ use crate::storage::PostgresStorage;
 #[derive(Clone, Debug)]
 pub struct BusOutbox {
     factory: Arc<MessageFactory>,
-    config: StorageConfig,
+    settings: Arc<Settings>,
     origin: MessageOrigin,
 }
 
@@ -66,7 +66,7 @@ impl BusOutbox {
         };
         Self {
             factory: Arc::new(factory),
-            config: storage.config(),
+            settings: storage.settings(),
             origin,
         }
     }
@@ -82,10 +82,10 @@ impl BusOutbox {
         db: &impl ConnectionTrait,
         message: &OutgoingMessage,
     ) -> Result<Uuid, StoreError> {
-        let statement =
-            self.config
-                .sql()
-                .bus_insert(Utc::now(), self.config.write_notify(), message)?;
+        let settings = &self.settings;
+        let statement = settings
+            .sql()
+            .bus_insert(Utc::now(), settings.write_notify(), message)?;
         let row = db.query_one_raw(statement).await?.ok_or_else(|| {
             StoreError::new(
                 StoreErrorKind::Database,
