@@ -11,7 +11,7 @@ use ferrybus_core::Background;
 use crate::background::sleep_or_cancel;
 use crate::error::StoreError;
 use crate::settings::{CleanupSettings, Settings};
-use crate::telemetry::INBOX_CLEANUP_DELETED_TOTAL;
+use crate::telemetry::count_cleaned_up;
 
 /// Deletes delivered inbox rows older than the window, in small batches, oldest first. Rows
 /// still referenced by an outbox message (a .NET pass that has not deleted them yet) and rows
@@ -48,7 +48,7 @@ impl InboxCleanup {
                     .cleanup(before, self.config().batch_size),
             )
             .await?;
-        metrics::counter!(INBOX_CLEANUP_DELETED_TOTAL).increment(result.rows_affected());
+        count_cleaned_up(result.rows_affected());
         Ok(result.rows_affected())
     }
 

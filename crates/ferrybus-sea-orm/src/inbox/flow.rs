@@ -17,7 +17,7 @@ use crate::inbox::layer::Shared;
 use crate::inbox::sink::CaptureSink;
 use crate::sql::{InboxKey, RowState, Sql, StoredRow};
 use crate::telemetry::{
-    inbox_stage, timed, SendSource, INBOX_DUPLICATES_TOTAL, INBOX_RECOVERED_TOTAL,
+    count_duplicate, inbox_decision, inbox_stage, timed, InboxDecision, SendSource,
 };
 
 /// What the inbox row says to do with this delivery.
@@ -79,18 +79,13 @@ where
         .map_err(StoreError::into_consume_error)?;
     match claim {
         Claim::Run { row } => {
-            ferrybus_core::instrument::record_inbox_decision("run");
+            inbox_decision(request.consumer(), InboxDecision::Run);
             consume(&shared, inner, request, key, row, txn).await
         }
         Claim::Duplicate => duplicate(&request, key, txn).await,
         Claim::Recover { after } => {
-            // The consumer does not run again: from its point of view this copy is a duplicate.
-            count_duplicate(&request);
-            ferrybus_core::instrument::record_inbox(
-                request.consumer().queue(),
-                request.consumer().name(),
-                false,
-            );
+            // The consumer does not run again: the copy completes an earlier attempt.
+            inbox_decision(request.consumer(), InboxDecision::Recover);
             let sink = request.sink().clone();
             recover(sql, &sink, key, after, txn)
                 .await
@@ -220,13 +215,6 @@ async fn duplicate(
     );
     count_duplicate(request);
     Ok(ConsumeOutcome::Duplicate)
-}
-
-pub(super) fn count_duplicate(request: &ConsumeRequest) {
-    let consumer = request.consumer().name().to_owned();
-    ferrybus_core::instrument::record_inbox(request.consumer().queue(), &consumer, true);
-    ferrybus_core::instrument::record_inbox_decision("duplicate");
-    metrics::counter!(INBOX_DUPLICATES_TOTAL, "consumer" => consumer).increment(1);
 }
 
 /// Runs the consumer in the transaction, writes its messages, commits, then delivers them.
@@ -386,8 +374,6 @@ async fn recover(
         pending = rows.len(),
         "message already consumed; delivering its remaining outbox messages"
     );
-    metrics::counter!(INBOX_RECOVERED_TOTAL).increment(1);
-    ferrybus_core::instrument::record_inbox_decision("recover");
     let result =
         consumer_outbox::deliver(&txn, sql, sink, key, rows, false, SendSource::Consumer).await;
     finish(txn, result).await

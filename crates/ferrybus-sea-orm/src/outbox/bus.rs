@@ -14,6 +14,7 @@ use crate::error::{StoreError, StoreErrorKind};
 use crate::settings::Settings;
 use crate::sql::WrittenOutbox;
 use crate::storage::PostgresStorage;
+use crate::telemetry::count_outbox_write;
 
 /// Publishes and sends through the outbox tables, in the caller's transaction: nothing reaches
 /// the broker unless the transaction commits, and then the outbox delivery service of any
@@ -92,10 +93,7 @@ impl BusOutbox {
                 "the outbox insert returned no row",
             )
         })?;
-        ferrybus_core::instrument::record_outbox_send(
-            &message.destination_address,
-            message.message_type.first().map_or("", String::as_str),
-        );
+        count_outbox_write(message);
         Ok(WrittenOutbox::from_query_result(&row, "")?.outbox_id)
     }
 }
