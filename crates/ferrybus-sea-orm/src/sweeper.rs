@@ -1,5 +1,7 @@
-//! The sweeper: delivers consumer-outbox rows whose inbound message will not come back (it went
-//! to the error queue after the consumer committed but before its messages were sent).
+//! The sweeper: sends the consumer-outbox messages nobody is sending, those of inbox rows
+//! consumed more than `sweep_after` ago ([`SWEEP_AFTER`](crate::defaults::SWEEP_AFTER)), not
+//! delivered and held by no delivery: a process died before its after-commit sender sent them,
+//! or the inbound message went to the error queue after the consumer committed.
 
 use std::time::Duration;
 
@@ -10,7 +12,7 @@ use sea_orm::{ConnectionTrait, DatabaseConnection, FromQueryResult};
 use crate::consumer_outbox;
 use crate::error::StoreError;
 use crate::fast::Begin;
-use crate::sql::{InboxKey, Sql, StrandedInbox};
+use crate::sql::{InboxKey, Sql, SweptInbox};
 use crate::telemetry::SendSource;
 
 /// The inbox rows one sweep claims at most.
@@ -33,12 +35,12 @@ pub(crate) async fn sweep(
         .await?;
     let mut completed = 0;
     for row in &claimed {
-        let stranded = StrandedInbox::from_query_result(row, "")?;
+        let swept = SweptInbox::from_query_result(row, "")?;
         let key = InboxKey {
-            message_id: stranded.message_id,
-            consumer_id: stranded.consumer_id,
+            message_id: swept.message_id,
+            consumer_id: swept.consumer_id,
         };
-        let after = stranded.last_sequence_number;
+        let after = swept.last_sequence_number;
         let rows = consumer_outbox::load(&txn, sql, key, after).await?;
         match consumer_outbox::deliver(&txn, sql, sink, key, rows, false, SendSource::Sweeper).await
         {
@@ -49,7 +51,7 @@ pub(crate) async fn sweep(
                     message_id = %key.message_id,
                     consumer_id = %key.consumer_id,
                     sent,
-                    "delivered stranded consumer-outbox messages"
+                    "the sweeper delivered consumer-outbox messages nobody was sending"
                 );
             }
             Err(error) => {

@@ -151,9 +151,9 @@ pub(crate) struct ClaimedOutbox {
     pub(crate) delivered: bool,
 }
 
-/// An inbox row the sweeper claimed.
+/// An inbox row the sweeper claimed: consumed, not delivered, held by no delivery.
 #[derive(Debug, FromQueryResult)]
-pub(crate) struct StrandedInbox {
+pub(crate) struct SweptInbox {
     pub(crate) message_id: Uuid,
     pub(crate) consumer_id: Uuid,
     pub(crate) last_sequence_number: Option<i64>,
@@ -952,7 +952,7 @@ impl Sql {
     }
 
     /// Claims up to `limit` inbox rows consumed before `before` and not delivered, oldest first,
-    /// skipping rows a delivery holds ([`StrandedInbox`]).
+    /// skipping rows a delivery holds ([`SweptInbox`]).
     pub(crate) fn sweep_claim(&self, before: DateTime<Utc>, limit: u64) -> Statement {
         let n = &self.names;
         let consumed = n.c(inbox::Column::Consumed);
