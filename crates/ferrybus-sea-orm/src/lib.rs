@@ -20,7 +20,9 @@
 //!   needs, and [`migrate::check_search`] first finds it (naming read from the columns);
 //! * [`entity`] has sea-orm entities for the three tables (both namings) and
 //!   [`Retarget`](entity::Retarget) for configured schemas and names; [`status`] reads what is
-//!   waiting, what is stranded or past the cleanup window, and who is delivering it.
+//!   waiting, what is stranded or past the cleanup window, and who is delivering it;
+//! * [`defaults`] has every default setting and threshold, [`telemetry`] the names of what the
+//!   storage records besides MassTransit's instruments.
 //!
 //! See `docs/inbox-outbox.md` for guarantees, costs and sharing tables with .NET.
 //!

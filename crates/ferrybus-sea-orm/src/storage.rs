@@ -56,7 +56,7 @@ pub struct PostgresStorage {
     /// The settings as the builder methods set them.
     settings: Arc<Settings>,
     /// The settings every part runs with once [`Storage::prepare`] read the tables' time column
-    /// type. Shared by the clones a bus holds; a builder method starts afresh.
+    /// type. Shared by the clones a bus holds; a builder method makes a new one.
     prepared: Arc<RwLock<Option<Arc<Settings>>>>,
     /// The after-commit sender, shared by the clones a bus holds and their inbox layers.
     handoff: Arc<Handoff>,
@@ -90,10 +90,16 @@ impl PostgresStorage {
     }
 
     /// This storage with its settings changed by `change`: the one place the builder methods
-    /// write. The changed storage is prepared afresh when a bus starts it.
+    /// write. The changed storage has settings of its own; it keeps the time column type
+    /// [`Storage::prepare`] read unless the tables changed.
     fn configure(mut self, change: impl FnOnce(&mut Settings)) -> Self {
+        let tables = self.settings.tables().clone();
+        let detected = self.prepared().map(|p| p.tables().timestamp_type());
         change(Arc::make_mut(&mut self.settings));
-        self.prepared = Arc::default();
+        let prepared = detected
+            .filter(|_| self.settings.tables() == &tables)
+            .map(|timestamps| self.settings.with_timestamps(timestamps));
+        self.prepared = Arc::new(RwLock::new(prepared));
         self
     }
 
@@ -306,8 +312,15 @@ impl PostgresStorage {
     /// The settings every part runs with: as prepared (the time column type read from the
     /// tables) once [`Storage::prepare`] ran, as configured before.
     pub(crate) fn settings(&self) -> Arc<Settings> {
-        let prepared = self.prepared.read().unwrap_or_else(|e| e.into_inner());
-        prepared.clone().unwrap_or_else(|| self.settings.clone())
+        self.prepared().unwrap_or_else(|| self.settings.clone())
+    }
+
+    /// The settings as prepared, once [`Storage::prepare`] ran.
+    fn prepared(&self) -> Option<Arc<Settings>> {
+        self.prepared
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     fn delivery_service(&self, sink: SharedSink) -> OutboxDeliveryService {
@@ -410,5 +423,56 @@ impl Storage for PostgresStorage {
             tokio::time::timeout(std::time::Duration::from_secs(5), ping).await,
             Ok(Ok(_))
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::TimestampType;
+
+    /// A storage as `prepare` leaves it on tables with .NET's legacy timestamps.
+    fn prepared_on_legacy_tables() -> PostgresStorage {
+        let storage = PostgresStorage::new(DatabaseConnection::default());
+        let legacy = storage
+            .settings
+            .with_timestamps(TimestampType::WithoutTimeZone);
+        *storage.prepared.write().unwrap() = Some(legacy);
+        storage
+    }
+
+    #[test]
+    fn a_builder_method_keeps_the_detected_time_type_unless_the_tables_change() {
+        let storage = prepared_on_legacy_tables()
+            .inbox_cleanup(false)
+            .poll_interval(Duration::from_millis(50));
+        let settings = storage.settings();
+        assert_eq!(
+            settings.tables().timestamp_type(),
+            TimestampType::WithoutTimeZone
+        );
+        assert!(!settings.cleanup.enabled);
+        assert_eq!(settings.delivery.poll_interval, Duration::from_millis(50));
+
+        let moved = storage.tables(Tables::new().schema("elsewhere"));
+        let settings = moved.settings();
+        assert_eq!(settings.tables().schema_name(), "elsewhere");
+        assert_eq!(
+            settings.tables().timestamp_type(),
+            TimestampType::WithTimeZone,
+            "other tables are read again when the bus starts"
+        );
+        assert_eq!(settings.channel(), "ferrybus_outbox.elsewhere.outbox_state");
+    }
+
+    #[test]
+    fn clones_share_the_prepared_settings() {
+        let storage = PostgresStorage::new(DatabaseConnection::default());
+        let clone = storage.clone();
+        let legacy = storage
+            .settings
+            .with_timestamps(TimestampType::WithoutTimeZone);
+        *clone.prepared.write().unwrap() = Some(legacy.clone());
+        assert!(Arc::ptr_eq(&storage.settings(), &legacy));
     }
 }
