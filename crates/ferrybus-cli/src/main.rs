@@ -31,12 +31,11 @@ mod topology;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use ferrybus_sea_orm::migrate::TableSearch;
 use ferrybus_sea_orm::status::Windows;
-use ferrybus_sea_orm::Tables;
+use ferrybus_sea_orm::{defaults, Tables};
 use serde_json::Value;
 
 use crate::amqp::Broker;
@@ -267,12 +266,13 @@ enum OutboxCommand {
     Status {
         #[command(flatten)]
         storage: StorageArgs,
-        /// Consumed, undelivered inbox rows older than this are stranded.
-        #[arg(long, default_value = "5m", value_parser = humantime::parse_duration, value_name = "DURATION")]
-        stranded_after: Duration,
+        /// Consumed, undelivered inbox rows older than this are stranded: the sweeper (which
+        /// takes such rows after a second) has not delivered them.
+        #[arg(long, default_value_t = defaults::STRANDED_AFTER.into(), value_name = "DURATION")]
+        stranded_after: humantime::Duration,
         /// The inbox's duplicate-detection window (delivered rows older than this are cleaned up).
-        #[arg(long, default_value = "30m", value_parser = humantime::parse_duration, value_name = "DURATION")]
-        cleanup_window: Duration,
+        #[arg(long, default_value_t = defaults::DUPLICATE_WINDOW.into(), value_name = "DURATION")]
+        cleanup_window: humantime::Duration,
         /// One JSON object per table set per line.
         #[arg(long)]
         json: bool,
@@ -425,8 +425,8 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             json,
         }) => {
             let windows = Windows::default()
-                .stranded_after(stranded_after)
-                .cleanup_window(cleanup_window);
+                .stranded_after(stranded_after.into())
+                .cleanup_window(cleanup_window.into());
             outbox_status(&database_url, &storage, windows, json).await
         }
         Command::Migrate(args) => migrate(&database_url, &args).await,

@@ -75,7 +75,8 @@ pub(crate) struct ConsumerOutbox {
     pub(crate) oldest_message_age_seconds: Option<f64>,
     /// Inbox rows consumed but not delivered.
     pub(crate) pending_inbox_rows: i64,
-    /// Of those, how many are older than `strandedAfterSeconds` (the sweeper's work).
+    /// Of those, how many are older than `strandedAfterSeconds`: the sweeper, which takes such
+    /// rows after a second, has not delivered them.
     pub(crate) stranded: i64,
     /// The stranded threshold, in seconds.
     pub(crate) stranded_after_seconds: u64,

@@ -240,7 +240,13 @@ fn short(name: &str) -> &str {
     name.rsplit([':', '.', '+']).next().unwrap_or(name)
 }
 
-pub(crate) fn service_label() -> KeyValue {
+/// The service label every instrument carries ([`SERVICE_LABEL`]: the process name, as
+/// MassTransit uses it).
+///
+/// ```
+/// assert_eq!(ferrybus_otel::service_label().key.as_str(), ferrybus_otel::SERVICE_LABEL);
+/// ```
+pub fn service_label() -> KeyValue {
     static SERVICE: OnceLock<KeyValue> = OnceLock::new();
     SERVICE
         .get_or_init(|| {

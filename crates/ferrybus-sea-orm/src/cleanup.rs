@@ -1,6 +1,6 @@
 //! [`InboxCleanup`]: removes delivered inbox rows older than the duplicate-detection window.
 
-use std::time::Duration;
+use std::sync::Arc;
 
 use chrono::Utc;
 use sea_orm::{ConnectionTrait, DatabaseConnection};
@@ -9,94 +9,46 @@ use tokio_util::sync::CancellationToken;
 use ferrybus_core::storage::Background;
 
 use crate::background::sleep_or_cancel;
-use crate::config::StorageConfig;
 use crate::error::StoreError;
-use crate::telemetry::INBOX_CLEANUP_DELETED_TOTAL;
-
-/// Settings of the [`InboxCleanup`].
-///
-/// The window must cover every way a copy of a message can still arrive: the retry chain,
-/// delayed redeliveries, the time a message may sit in an error or dead-letter queue, and any
-/// replay window. A copy arriving after its row was removed is processed again.
-///
-#[derive(Clone, Debug)]
-pub(crate) struct CleanupConfig {
-    storage: StorageConfig,
-    window: Duration,
-    batch_size: u64,
-    interval: Duration,
-}
-
-impl CleanupConfig {
-    /// Defaults: MassTransit's 30-minute `DuplicateDetectionWindow`, batches of 100, every 10 s.
-    pub(crate) fn new(storage: StorageConfig) -> Self {
-        Self {
-            storage,
-            window: Duration::from_secs(30 * 60),
-            batch_size: 100,
-            interval: Duration::from_secs(10),
-        }
-    }
-
-    /// The same settings on other tables.
-    pub(crate) fn with_storage(mut self, storage: StorageConfig) -> Self {
-        self.storage = storage;
-        self
-    }
-
-    /// How long delivered rows are kept (the duplicate-detection window).
-    pub(crate) fn window(mut self, window: Duration) -> Self {
-        self.window = window;
-        self
-    }
-
-    /// Rows deleted per statement.
-    pub(crate) fn batch_size(mut self, size: u64) -> Self {
-        self.batch_size = size.max(1);
-        self
-    }
-
-    /// The pause between runs.
-    pub(crate) fn interval(mut self, interval: Duration) -> Self {
-        self.interval = interval;
-        self
-    }
-}
+use crate::settings::{CleanupSettings, Settings};
+use crate::telemetry::count_cleaned_up;
 
 /// Deletes delivered inbox rows older than the window, in small batches, oldest first. Rows
 /// still referenced by an outbox message (a .NET pass that has not deleted them yet) and rows
 /// locked by a delivery are skipped, so one row never blocks the rest; several instances may
 /// run it at once.
-///
 #[derive(Clone, Debug)]
 pub(crate) struct InboxCleanup {
     db: DatabaseConnection,
-    config: CleanupConfig,
+    settings: Arc<Settings>,
 }
 
 impl InboxCleanup {
-    /// A cleanup over `db`.
-    pub(crate) fn new(db: DatabaseConnection, config: CleanupConfig) -> Self {
-        Self { db, config }
+    /// A cleanup over `db`, with the cleanup settings of `settings`.
+    pub(crate) fn new(db: DatabaseConnection, settings: Arc<Settings>) -> Self {
+        Self { db, settings }
+    }
+
+    fn config(&self) -> &CleanupSettings {
+        &self.settings.cleanup
     }
 
     /// Deletes one batch; returns how many rows were removed.
     pub(crate) async fn delete_batch(&self) -> Result<u64, StoreError> {
         let window =
-            chrono::Duration::from_std(self.config.window).unwrap_or(chrono::Duration::MAX);
+            chrono::Duration::from_std(self.config().window).unwrap_or(chrono::Duration::MAX);
         let before = Utc::now()
             .checked_sub_signed(window)
             .unwrap_or(chrono::DateTime::<Utc>::MIN_UTC);
         let result = self
             .db
             .execute_raw(
-                self.config
-                    .storage
+                self.settings
                     .sql()
-                    .cleanup(before, self.config.batch_size),
+                    .cleanup(before, self.config().batch_size),
             )
             .await?;
-        metrics::counter!(INBOX_CLEANUP_DELETED_TOTAL).increment(result.rows_affected());
+        count_cleaned_up(result.rows_affected());
         Ok(result.rows_affected())
     }
 
@@ -106,7 +58,7 @@ impl InboxCleanup {
         loop {
             let removed = self.delete_batch().await?;
             total += removed;
-            if removed < self.config.batch_size {
+            if removed < self.config().batch_size {
                 return Ok(total);
             }
         }
@@ -127,7 +79,7 @@ impl InboxCleanup {
                         tracing::warn!(target: "ferrybus::inbox", %error, "inbox cleanup failed")
                     }
                 }
-                if !sleep_or_cancel(self.config.interval, &token).await {
+                if !sleep_or_cancel(self.config().interval, &token).await {
                     return;
                 }
             }

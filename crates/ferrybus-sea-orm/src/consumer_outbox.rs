@@ -9,19 +9,12 @@ use uuid::Uuid;
 
 use crate::error::StoreError;
 use crate::send::{send_in_order, SendOutcome};
-use crate::sql::{read_message, RowState, Seq, Sql, StoredRow, BINDS_PER_MESSAGE};
+use crate::sql::{read_message, InboxKey, RowState, Seq, Sql, StoredRow, BINDS_PER_MESSAGE};
 use crate::telemetry::SendSource;
 
 /// PostgreSQL accepts at most 65 535 bind parameters per statement (the messages' values, and
 /// the inbox key and a timestamp in the CTE).
 const MAX_ROWS_PER_INSERT: usize = (65_535 - 4) / BINDS_PER_MESSAGE;
-
-/// The inbox key: (original message id, consumer id).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct InboxKey {
-    pub(crate) message_id: Uuid,
-    pub(crate) consumer_id: Uuid,
-}
 
 /// Locks the inbox row (`FOR UPDATE`); `None` when it does not exist. `async_commit` also
 /// turns off `synchronous_commit` for the rest of this transaction (same statement).

@@ -20,7 +20,9 @@
 //!   needs, and [`migrate::check_search`] first finds it (naming read from the columns);
 //! * [`entity`] has sea-orm entities for the three tables (both namings) and
 //!   [`Retarget`](entity::Retarget) for configured schemas and names; [`status`] reads what is
-//!   waiting, what is stranded or past the cleanup window, and who is delivering it.
+//!   waiting, what is stranded or past the cleanup window, and who is delivering it;
+//! * [`defaults`] has every default setting and threshold, [`telemetry`] the names of what the
+//!   storage records besides MassTransit's instruments.
 //!
 //! See `docs/inbox-outbox.md` for guarantees, costs and sharing tables with .NET.
 //!
@@ -81,15 +83,17 @@
 mod background;
 mod cleanup;
 mod config;
-mod connections;
 mod consumer_outbox;
+pub mod defaults;
 mod delivery;
 pub mod entity;
 mod error;
+mod fast;
 mod inbox;
 pub mod migrate;
 mod outbox;
 mod send;
+mod settings;
 mod sql;
 pub mod status;
 mod storage;
@@ -100,7 +104,8 @@ mod transient;
 
 pub use config::{NamingStyle, Tables, TimestampType};
 pub use error::{StoreError, StoreErrorKind};
-pub use inbox::{InboxTransaction, TransactionExt};
+pub use fast::InboxTransaction;
+pub use inbox::TransactionExt;
 pub use migrate::Migrator;
 pub use outbox::{BusOutbox, OutboxPublisher};
 pub use storage::PostgresStorage;

@@ -9,7 +9,7 @@ use futures::stream::{FuturesOrdered, StreamExt};
 use futures::FutureExt;
 
 use crate::sql::StoredRow;
-use crate::telemetry::SendSource;
+use crate::telemetry::{count_outbox_delivery, SendSource};
 
 /// What sending a run of rows achieved.
 #[derive(Debug, Default)]
@@ -47,7 +47,7 @@ pub(crate) async fn send_in_order(
                 .push_back(async move { (seq, has_message, send_row(sink, row, source).await) });
             // Starts the send just pushed, and takes the results that are in, in order.
             while let Some(Some((seq, has_message, result))) = in_flight.next().now_or_never() {
-                if !record(&mut outcome, seq, has_message, result, source) {
+                if !record(&mut outcome, seq, has_message, result) {
                     failed = true;
                     break;
                 }
@@ -57,7 +57,7 @@ pub(crate) async fn send_in_order(
             }
         }
         while let Some((seq, has_message, result)) = in_flight.next().await {
-            if !failed && !record(&mut outcome, seq, has_message, result, source) {
+            if !failed && !record(&mut outcome, seq, has_message, result) {
                 failed = true;
             }
         }
@@ -65,7 +65,7 @@ pub(crate) async fn send_in_order(
         for row in rows {
             let (seq, has_message) = (row.seq, row.message.is_some());
             let result = send_row(sink, row, source).await;
-            if !record(&mut outcome, seq, has_message, result, source) {
+            if !record(&mut outcome, seq, has_message, result) {
                 break;
             }
         }
@@ -73,36 +73,28 @@ pub(crate) async fn send_in_order(
     outcome
 }
 
+/// Sends one row (a row whose body could not be read fails) and counts it, as MassTransit's
+/// `StartOutboxDeliveryInstrument` does; a row without a destination is skipped.
 async fn send_row(
     sink: &SharedSink,
     row: StoredRow,
     source: SendSource,
 ) -> Result<(), PublishError> {
-    if let Some(reason) = row.unreadable {
-        return Err(PublishError::new(PublishErrorKind::Serialize, reason));
-    }
-    match row.message {
-        Some(message) => {
-            let destination = message.destination_address.clone();
-            let result = sink.deliver(message).await;
-            // MassTransit's `outbox.delivery` (`StartOutboxDeliveryInstrument`).
-            let error = result.as_ref().err().map(|e| format!("{:?}", e.kind()));
-            ferrybus_otel::record_outbox_delivery(
-                &destination,
-                error.as_deref(),
-                source == SendSource::Sweeper,
-            );
-            result
-        }
-        None => {
-            tracing::warn!(
-                target: "ferrybus::outbox",
-                sequence_number = row.seq,
-                "outbox message has no destination address; skipping it"
-            );
-            Ok(())
-        }
-    }
+    let Some(message) = row.message else {
+        tracing::warn!(
+            target: "ferrybus::outbox",
+            sequence_number = row.seq,
+            "outbox message has no destination address; skipping it"
+        );
+        return Ok(());
+    };
+    let destination = message.destination_address.clone();
+    let result = match row.unreadable {
+        Some(reason) => Err(PublishError::new(PublishErrorKind::Serialize, reason)),
+        None => sink.deliver(message).await,
+    };
+    count_outbox_delivery(&destination, &result, source);
+    result
 }
 
 /// Records one result; false once a send failed (stop there).
@@ -111,19 +103,16 @@ fn record(
     seq: i64,
     has_message: bool,
     result: Result<(), PublishError>,
-    source: SendSource,
 ) -> bool {
     match result {
         Ok(()) => {
             outcome.processed_upto = Some(seq);
             if has_message {
                 outcome.sent += 1;
-                source.count_sent();
             }
             true
         }
         Err(error) => {
-            source.count_failure();
             outcome.error = Some(error);
             false
         }

@@ -32,28 +32,31 @@ use sea_orm::{
     IsolationLevel, TransactionTrait,
 };
 
-use crate::config::{StorageConfig, Tables};
+use crate::config::Tables;
+use crate::defaults;
 use crate::entity::OutboxTable::{InboxState, OutboxMessage, OutboxState};
 use crate::entity::{inbox_state, outbox_message, outbox_state};
 use crate::error::{StoreError, StoreErrorKind};
-use crate::sql::build;
 use crate::sql::names::Names;
+use crate::sql::{build, read_timestamp_type};
 
-/// The thresholds of an [`OutboxStatus`]: by default those of
-/// [`PostgresStorage`](crate::PostgresStorage) (`sweep_after` 5 min, `duplicate_window`
-/// 30 min).
+/// The thresholds of an [`OutboxStatus`]: by default [`defaults::STRANDED_AFTER`] (5 min) and
+/// [`defaults::DUPLICATE_WINDOW`] (30 min, the storage's default
+/// [`duplicate_window`](crate::PostgresStorage::duplicate_window)).
 ///
 /// ```
 /// use std::time::Duration;
-/// use ferrybus_sea_orm::status::Windows;
+/// use ferrybus_sea_orm::{defaults, status::Windows};
 /// let windows = Windows::default().cleanup_window(Duration::from_secs(24 * 3600));
-/// assert_eq!(windows.stranded_after, Duration::from_secs(300));
+/// assert_eq!(windows.stranded_after, defaults::STRANDED_AFTER);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Windows {
-    /// Consumed, undelivered inbox rows consumed longer ago than this are stranded
-    /// ([`PostgresStorage::sweep_after`](crate::PostgresStorage::sweep_after)).
+    /// Consumed, undelivered inbox rows consumed longer ago than this are stranded: the
+    /// sweeper, which takes such rows after
+    /// [`sweep_after`](crate::PostgresStorage::sweep_after) (1 s), has not delivered them
+    /// (see [`defaults::STRANDED_AFTER`]).
     pub stranded_after: Duration,
     /// Delivered inbox rows older than this are past the duplicate-detection window
     /// ([`PostgresStorage::duplicate_window`](crate::PostgresStorage::duplicate_window)).
@@ -63,8 +66,8 @@ pub struct Windows {
 impl Default for Windows {
     fn default() -> Self {
         Self {
-            stranded_after: Duration::from_secs(5 * 60),
-            cleanup_window: Duration::from_secs(30 * 60),
+            stranded_after: defaults::STRANDED_AFTER,
+            cleanup_window: defaults::DUPLICATE_WINDOW,
         }
     }
 }
@@ -221,8 +224,8 @@ pub async fn outbox_status_with(
     tables: &Tables,
     windows: Windows,
 ) -> Result<OutboxStatus, StoreError> {
-    let config = StorageConfig::new(tables.clone()).detect(db).await?;
-    let names = &config.sql().names;
+    let timestamps = read_timestamp_type(db, tables).await?;
+    let names = &Names::new(&tables.clone().timestamps(timestamps));
     let txn = db
         .begin_with_config(
             Some(IsolationLevel::RepeatableRead),
@@ -418,11 +421,7 @@ fn lock_holders(names: &Names) -> SelectStatement {
         .expr_as(col("xact_start"), a("transaction_start"))
         .from(names.table_as(OutboxState, "s"))
         .inner_join(
-            crate::sql::names::schema_table(
-                a("pg_catalog"),
-                a("pg_stat_activity"),
-                Some(act.clone()),
-            ),
+            crate::entity::schema_table(a("pg_catalog"), a("pg_stat_activity"), Some(act.clone())),
             Expr::expr(text(col("backend_xid"))).eq(text(Expr::col((s, a("xmax"))))),
         )
         .and_where(Expr::expr(col("pid")).ne(Func::cust(a("pg_backend_pid"))))

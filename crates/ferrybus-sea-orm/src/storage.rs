@@ -14,13 +14,15 @@ use ferrybus_core::storage::Storage;
 use sea_orm::{ConnectionTrait, DatabaseConnection};
 use uuid::Uuid;
 
-use crate::cleanup::{CleanupConfig, InboxCleanup};
-use crate::config::{StorageConfig, Tables};
-use crate::connections::Connections;
-use crate::delivery::{DeliveryConfig, OutboxDeliveryService};
+use crate::cleanup::InboxCleanup;
+use crate::config::Tables;
+use crate::delivery::OutboxDeliveryService;
 use crate::error::StoreError;
+use crate::fast::{postgres_pool, Connections};
 use crate::inbox::{Handoff, InboxConfig, InboxLayer};
 use crate::migrate::Migrator;
+use crate::settings::Settings;
+use crate::sql::read_timestamp_type;
 
 /// The inbox, consumer outbox and bus outbox on PostgreSQL, on MassTransit's tables: give it to a
 /// bus builder (`.storage(PostgresStorage::new(db))`) and every endpoint that calls `.inbox()`
@@ -31,11 +33,13 @@ use crate::migrate::Migrator;
 /// |---|---|---|
 /// | [`tables`](Self::tables) | schema `messaging`, `inbox_state` / `outbox_state` / `outbox_message`, snake_case | the `DbContext` model |
 /// | [`migrate`](Self::migrate) | off: the tables must exist (a .NET service may have created them) | EF migrations |
-/// | [`duplicate_window`](Self::duplicate_window) | 30 min | `DuplicateDetectionWindow` |
-/// | [`poll_interval`](Self::poll_interval) | 1 s (besides `LISTEN`/`NOTIFY`) | `QueryDelay` |
-/// | [`delivery_workers`](Self::delivery_workers) | 4 | — |
+/// | [`duplicate_window`](Self::duplicate_window) | [`DUPLICATE_WINDOW`](crate::defaults::DUPLICATE_WINDOW), 30 min | `DuplicateDetectionWindow` |
+/// | [`poll_interval`](Self::poll_interval) | [`POLL_INTERVAL`](crate::defaults::POLL_INTERVAL), 1 s (besides `LISTEN`/`NOTIFY`) | `QueryDelay` |
+/// | [`delivery_workers`](Self::delivery_workers) | [`DELIVERY_WORKERS`](crate::defaults::DELIVERY_WORKERS), 4 | — |
 /// | [`deliver_before_ack`](Self::deliver_before_ack) | off: acknowledged after commit, sent by the after-commit sender | — |
-/// | [`sweep_after`](Self::sweep_after) | 1 s | — |
+/// | [`sweep_after`](Self::sweep_after) | [`SWEEP_AFTER`](crate::defaults::SWEEP_AFTER), 1 s | — |
+///
+/// Every default is in [`defaults`](crate::defaults).
 ///
 /// The time column type (`timestamptz` or .NET's legacy `timestamp`) is read from the existing
 /// tables when the bus starts.
@@ -53,69 +57,66 @@ use crate::migrate::Migrator;
 #[derive(Clone)]
 pub struct PostgresStorage {
     db: DatabaseConnection,
-    tables: Tables,
-    channel: Option<String>,
-    notify_on_write: bool,
-    migrate: bool,
-    inbox: InboxConfig,
-    delivery: Option<DeliveryConfig>,
-    cleanup: Option<CleanupConfig>,
-    deliver_before_ack: bool,
+    /// The settings as the builder methods set them.
+    settings: Arc<Settings>,
+    /// The settings every part runs with once [`Storage::prepare`] read the tables' time column
+    /// type. Shared by the clones a bus holds; a builder method makes a new one.
+    prepared: Arc<RwLock<Option<Arc<Settings>>>>,
     /// The after-commit sender, shared by the clones a bus holds and their inbox layers.
     handoff: Arc<Handoff>,
     /// The connections inbox deliveries run on, kept between deliveries; shared likewise.
     connections: Arc<Connections>,
-    /// The storage settings once the tables were looked at (the time column type). Shared by
-    /// the clones a bus holds; changing the tables or the channel starts afresh.
-    prepared: Arc<RwLock<Option<StorageConfig>>>,
 }
 
 impl std::fmt::Debug for PostgresStorage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PostgresStorage")
-            .field("tables", &self.tables)
-            .field("migrate", &self.migrate)
-            .field("delivery", &self.delivery.is_some())
-            .field("cleanup", &self.cleanup.is_some())
+            .field("tables", self.settings.tables())
+            .field("migrate", &self.settings.migrate)
+            .field("delivery", &self.settings.delivery.enabled)
+            .field("cleanup", &self.settings.cleanup.enabled)
             .finish_non_exhaustive()
     }
 }
 
 impl PostgresStorage {
     /// Storage on `db` with the default tables (schema `messaging`, snake_case), outbox delivery
-    /// and inbox cleanup on, migrations off.
+    /// and inbox cleanup on, migrations off, every other setting from
+    /// [`defaults`](crate::defaults).
     pub fn new(db: DatabaseConnection) -> Self {
-        let base = StorageConfig::new(Tables::new());
         Self {
-            tables: Tables::new(),
-            channel: None,
-            notify_on_write: true,
-            migrate: false,
-            inbox: InboxConfig::new(base.clone()),
-            delivery: Some(DeliveryConfig::new(base.clone())),
-            cleanup: Some(CleanupConfig::new(base)),
-            deliver_before_ack: false,
+            settings: Arc::new(Settings::new(Tables::new())),
+            prepared: Arc::default(),
             handoff: Arc::default(),
             connections: Arc::new(Connections::new(&db)),
-            prepared: Arc::default(),
             db,
         }
     }
 
+    /// This storage with its settings changed by `change`: the one place the builder methods
+    /// write. The changed storage has settings of its own; it keeps the time column type
+    /// [`Storage::prepare`] read unless the tables changed.
+    fn configure(mut self, change: impl FnOnce(&mut Settings)) -> Self {
+        let tables = self.settings.tables().clone();
+        let detected = self.prepared().map(|p| p.tables().timestamp_type());
+        change(Arc::make_mut(&mut self.settings));
+        let prepared = detected
+            .filter(|_| self.settings.tables() == &tables)
+            .map(|timestamps| self.settings.with_timestamps(timestamps));
+        self.prepared = Arc::new(RwLock::new(prepared));
+        self
+    }
+
     /// Where the tables are and how they are named ([`Tables::dotnet_default`] for the shape
     /// EF Core creates with its default naming).
-    pub fn tables(mut self, tables: Tables) -> Self {
-        self.tables = tables;
-        self.prepared = Arc::default();
-        self
+    pub fn tables(self, tables: Tables) -> Self {
+        self.configure(|s| s.set_tables(tables))
     }
 
     /// The `LISTEN`/`NOTIFY` channel the bus outbox signals new rows on (default
     /// `ferrybus_outbox.<schema>.<outbox_state>`, cut to 63 bytes).
-    pub fn notify_channel(mut self, channel: impl Into<String>) -> Self {
-        self.channel = Some(channel.into());
-        self.prepared = Arc::default();
-        self
+    pub fn notify_channel(self, channel: impl Into<String>) -> Self {
+        self.configure(|s| s.set_channel(channel.into()))
     }
 
     /// Whether every bus-outbox write sends a `NOTIFY` on the [channel](Self::notify_channel)
@@ -143,48 +144,44 @@ impl PostgresStorage {
     ///
     /// Delivery services keep listening either way: writers configured otherwise (another
     /// instance) still wake them.
-    pub fn notify_on_write(mut self, enabled: bool) -> Self {
-        self.notify_on_write = enabled;
-        self.prepared = Arc::default();
-        self
+    pub fn notify_on_write(self, enabled: bool) -> Self {
+        self.configure(|s| s.notify_on_write = enabled)
     }
 
     /// Whether starting the bus creates the tables when they are missing (idempotent, safe with
     /// several instances starting at once; tables a .NET service created are left alone).
-    pub fn migrate(mut self, enabled: bool) -> Self {
-        self.migrate = enabled;
-        self
+    pub fn migrate(self, enabled: bool) -> Self {
+        self.configure(|s| s.migrate = enabled)
     }
 
     /// Derives the inbox consumer id of the consumer named `consumer` from the .NET consumer
     /// type (namespace qualified, e.g. `Billing.Consumers.InvoiceConsumer`), as MassTransit
     /// does, so a Rust and a .NET instance of one consumer dedupe against each other.
     pub fn dotnet_consumer(
-        mut self,
+        self,
         consumer: impl Into<String>,
         dotnet_type: impl Into<String>,
     ) -> Self {
-        self.inbox = self.inbox.dotnet_consumer(consumer, dotnet_type);
-        self
+        let (consumer, dotnet_type) = (consumer.into(), dotnet_type.into());
+        self.configure(|s| s.inbox.dotnet_consumer(consumer, dotnet_type, None))
     }
 
     /// Like [`dotnet_consumer`](Self::dotnet_consumer), also naming the .NET message type.
     pub fn dotnet_consumer_of(
-        mut self,
+        self,
         consumer: impl Into<String>,
         dotnet_type: impl Into<String>,
         dotnet_message_type: impl Into<String>,
     ) -> Self {
-        self.inbox = self
-            .inbox
-            .dotnet_consumer_of(consumer, dotnet_type, dotnet_message_type);
-        self
+        let (consumer, dotnet_type) = (consumer.into(), dotnet_type.into());
+        let message_type = Some(dotnet_message_type.into());
+        self.configure(|s| s.inbox.dotnet_consumer(consumer, dotnet_type, message_type))
     }
 
     /// Uses a fixed inbox consumer id for the consumer named `consumer`.
-    pub fn consumer_id(mut self, consumer: impl Into<String>, id: Uuid) -> Self {
-        self.inbox = self.inbox.consumer_id(consumer, id);
-        self
+    pub fn consumer_id(self, consumer: impl Into<String>, id: Uuid) -> Self {
+        let consumer = consumer.into();
+        self.configure(|s| s.inbox.fixed_consumer_id(consumer, id))
     }
 
     /// Starts the sends of one outbox (consumer or bus outbox) in sequence order and awaits the
@@ -192,19 +189,16 @@ impl PostgresStorage {
     /// transports that keep the start order of concurrent sends, including first sends to
     /// destinations still to be declared. After a failed send, later messages may have gone out
     /// already: they are sent again with the rest.
-    pub fn pipelined_sends(mut self, enabled: bool) -> Self {
-        self.inbox = self.inbox.pipelined(enabled);
-        self.delivery = self.delivery.map(|d| d.pipelined(enabled));
-        self
+    pub fn pipelined_sends(self, enabled: bool) -> Self {
+        self.configure(|s| s.pipelined_sends = enabled)
     }
 
     /// Commits the short transaction that records "sent" after a consumer's messages went out
     /// with `synchronous_commit = off` (off by default). The consumer's own transaction stays a
     /// durable commit; a PostgreSQL crash right after can only make messages go out twice,
     /// never lose them.
-    pub fn async_delivered_commit(mut self, enabled: bool) -> Self {
-        self.inbox = self.inbox.async_delivered_commit(enabled);
-        self
+    pub fn async_delivered_commit(self, enabled: bool) -> Self {
+        self.configure(|s| s.inbox.async_delivered_commit = enabled)
     }
 
     /// Sends a publishing consumer's messages before its delivery is acknowledged, as
@@ -220,102 +214,93 @@ impl PostgresStorage {
     /// nothing is lost; the consumer never runs twice. With this on (or with the outbox
     /// delivery off in this instance) each delivery sends its own messages, then is
     /// acknowledged: a crash is completed by the broker's redelivery instead.
-    pub fn deliver_before_ack(mut self, enabled: bool) -> Self {
-        self.deliver_before_ack = enabled;
-        self
+    pub fn deliver_before_ack(self, enabled: bool) -> Self {
+        self.configure(|s| s.deliver_before_ack = enabled)
     }
 
     /// Whether this instance runs the outbox delivery service and the sweeper (on by default;
     /// every instance should, they share the work).
-    pub fn outbox_delivery(mut self, enabled: bool) -> Self {
-        self.delivery = match (enabled, self.delivery.take()) {
-            (true, Some(d)) => Some(d),
-            (true, None) => Some(DeliveryConfig::new(StorageConfig::new(Tables::new()))),
-            (false, _) => None,
-        };
-        self
+    pub fn outbox_delivery(self, enabled: bool) -> Self {
+        self.configure(|s| s.delivery.enabled = enabled)
     }
 
-    /// How often the delivery service looks for rows when no notification arrives (1 s).
-    pub fn poll_interval(mut self, interval: Duration) -> Self {
-        self.delivery = self.delivery.map(|d| d.poll_interval(interval));
-        self
+    /// How often the delivery service looks for rows when no notification arrives
+    /// ([`POLL_INTERVAL`](crate::defaults::POLL_INTERVAL), 1 s).
+    pub fn poll_interval(self, interval: Duration) -> Self {
+        self.configure(|s| s.delivery.poll_interval = interval)
     }
 
     /// How many delivery workers this instance runs, and how many passes may run at once on
-    /// this outbox table across every instance (4). Each pass first takes one of this many
+    /// this outbox table across every instance
+    /// ([`DELIVERY_WORKERS`](crate::defaults::DELIVERY_WORKERS), 4; at least 1). Each pass first takes one of this many
     /// advisory locks of the table (`pg_try_advisory_xact_lock(hashtext('<schema>.<OutboxState>'),
     /// 0..workers)`); a worker that finds none free waits for the next notification or poll. A
     /// second instance adds standby workers, not concurrent claims: each concurrent claim walks
     /// past the rows the others hold (`FOR UPDATE SKIP LOCKED`), so more of them deliver less.
     /// Each pass uses one connection while sending.
-    pub fn delivery_workers(mut self, workers: usize) -> Self {
-        self.delivery = self.delivery.map(|d| d.workers(workers));
-        self
+    pub fn delivery_workers(self, workers: usize) -> Self {
+        self.configure(|s| s.delivery.workers = workers.max(1))
     }
 
-    /// How many outboxes one worker claims per transaction (64).
-    pub fn outboxes_per_claim(mut self, count: u64) -> Self {
-        self.delivery = self.delivery.map(|d| d.outboxes_per_claim(count));
-        self
+    /// How many outboxes one worker claims per transaction
+    /// ([`OUTBOXES_PER_CLAIM`](crate::defaults::OUTBOXES_PER_CLAIM), 64; at least 1).
+    pub fn outboxes_per_claim(self, count: u64) -> Self {
+        self.configure(|s| s.delivery.outboxes_per_claim = count.max(1))
     }
 
-    /// How many messages of one outbox are sent per pass (100).
-    pub fn messages_per_outbox(mut self, count: u64) -> Self {
-        self.delivery = self.delivery.map(|d| d.messages_per_outbox(count));
-        self
+    /// How many messages of one outbox are sent per pass
+    /// ([`MESSAGES_PER_OUTBOX`](crate::defaults::MESSAGES_PER_OUTBOX), 100; at least 1).
+    pub fn messages_per_outbox(self, count: u64) -> Self {
+        self.configure(|s| s.delivery.messages_per_outbox = count.max(1))
     }
 
-    /// The back-off of an outbox whose send failed: `initial`, doubling up to `max` (1 s to
-    /// 60 s).
-    pub fn delivery_backoff(mut self, initial: Duration, max: Duration) -> Self {
-        self.delivery = self.delivery.map(|d| d.retry_backoff(initial, max));
-        self
+    /// The back-off of an outbox whose send failed: `initial`, doubling up to `max`
+    /// ([`DELIVERY_BACKOFF_INITIAL`](crate::defaults::DELIVERY_BACKOFF_INITIAL), 1 s, to
+    /// [`DELIVERY_BACKOFF_MAX`](crate::defaults::DELIVERY_BACKOFF_MAX), 60 s).
+    pub fn delivery_backoff(self, initial: Duration, max: Duration) -> Self {
+        self.configure(|s| {
+            s.delivery.backoff_initial = initial;
+            s.delivery.backoff_max = max.max(initial);
+        })
     }
 
     /// Delivers consumer-outbox rows whose inbox row was consumed this long ago and is still not
     /// delivered, and that no delivery holds (a process died before sending them, or the
-    /// inbound message went to the error queue); `None` turns the sweeper off (1 s). Rows a
-    /// delivery or the after-commit sender is sending are locked and skipped.
-    pub fn sweep_after(mut self, age: Option<Duration>) -> Self {
-        self.delivery = self.delivery.map(|d| d.sweep_after(age));
-        self
+    /// inbound message went to the error queue); `None` turns the sweeper off
+    /// ([`SWEEP_AFTER`](crate::defaults::SWEEP_AFTER), 1 s). Rows a delivery or the
+    /// after-commit sender is sending are locked and skipped.
+    pub fn sweep_after(self, age: Option<Duration>) -> Self {
+        self.configure(|s| s.delivery.sweep_after = age)
     }
 
-    /// How often the sweeper looks (250 ms).
-    pub fn sweep_interval(mut self, interval: Duration) -> Self {
-        self.delivery = self.delivery.map(|d| d.sweep_interval(interval));
-        self
+    /// How often the sweeper looks ([`SWEEP_INTERVAL`](crate::defaults::SWEEP_INTERVAL), 250 ms).
+    pub fn sweep_interval(self, interval: Duration) -> Self {
+        self.configure(|s| s.delivery.sweep_interval = interval)
     }
 
     /// Whether this instance runs the inbox cleanup (on by default).
-    pub fn inbox_cleanup(mut self, enabled: bool) -> Self {
-        self.cleanup = match (enabled, self.cleanup.take()) {
-            (true, Some(c)) => Some(c),
-            (true, None) => Some(CleanupConfig::new(StorageConfig::new(Tables::new()))),
-            (false, _) => None,
-        };
-        self
+    pub fn inbox_cleanup(self, enabled: bool) -> Self {
+        self.configure(|s| s.cleanup.enabled = enabled)
     }
 
-    /// How long delivered inbox rows are kept (MassTransit's `DuplicateDetectionWindow`, 30 min).
-    /// It must cover every way a copy can still arrive: retries, redeliveries, time in an error
-    /// queue before a replay. A copy arriving after its row was removed is processed again.
-    pub fn duplicate_window(mut self, window: Duration) -> Self {
-        self.cleanup = self.cleanup.map(|c| c.window(window));
-        self
+    /// How long delivered inbox rows are kept (MassTransit's `DuplicateDetectionWindow`,
+    /// [`DUPLICATE_WINDOW`](crate::defaults::DUPLICATE_WINDOW), 30 min). It must cover every
+    /// way a copy can still arrive: retries, redeliveries, time in an error queue before a
+    /// replay. A copy arriving after its row was removed is processed again.
+    pub fn duplicate_window(self, window: Duration) -> Self {
+        self.configure(|s| s.cleanup.window = window)
     }
 
-    /// Inbox rows the cleanup deletes per statement (100).
-    pub fn cleanup_batch_size(mut self, size: u64) -> Self {
-        self.cleanup = self.cleanup.map(|c| c.batch_size(size));
-        self
+    /// Inbox rows the cleanup deletes per statement
+    /// ([`CLEANUP_BATCH_SIZE`](crate::defaults::CLEANUP_BATCH_SIZE), 100; at least 1).
+    pub fn cleanup_batch_size(self, size: u64) -> Self {
+        self.configure(|s| s.cleanup.batch_size = size.max(1))
     }
 
-    /// The pause between cleanup runs (10 s).
-    pub fn cleanup_interval(mut self, interval: Duration) -> Self {
-        self.cleanup = self.cleanup.map(|c| c.interval(interval));
-        self
+    /// The pause between cleanup runs
+    /// ([`CLEANUP_INTERVAL`](crate::defaults::CLEANUP_INTERVAL), 10 s).
+    pub fn cleanup_interval(self, interval: Duration) -> Self {
+        self.configure(|s| s.cleanup.interval = interval)
     }
 
     /// The connection pool.
@@ -325,61 +310,46 @@ impl PostgresStorage {
 
     /// The tables as configured.
     pub fn table_names(&self) -> &Tables {
-        &self.tables
+        self.settings.tables()
     }
 
-    /// The storage settings: as prepared (the time column type read from the tables) once
-    /// [`Storage::prepare`] ran, as configured before.
-    pub(crate) fn config(&self) -> StorageConfig {
-        let prepared = self.prepared.read().unwrap_or_else(|e| e.into_inner());
-        prepared.clone().unwrap_or_else(|| self.configured())
+    /// The settings every part runs with: as prepared (the time column type read from the
+    /// tables) once [`Storage::prepare`] ran, as configured before.
+    pub(crate) fn settings(&self) -> Arc<Settings> {
+        self.prepared().unwrap_or_else(|| self.settings.clone())
     }
 
-    fn configured(&self) -> StorageConfig {
-        let config = StorageConfig::new(self.tables.clone()).notify_on_write(self.notify_on_write);
-        match &self.channel {
-            Some(channel) => config.notify_channel(channel.clone()),
-            None => config,
-        }
+    /// The settings as prepared, once [`Storage::prepare`] ran.
+    fn prepared(&self) -> Option<Arc<Settings>> {
+        self.prepared
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
-    fn delivery_service(&self, sink: SharedSink) -> Option<OutboxDeliveryService> {
-        let config = self.delivery.clone()?.with_storage(self.config());
-        Some(OutboxDeliveryService::new(self.db.clone(), sink, config))
+    fn delivery_service(&self, sink: SharedSink) -> OutboxDeliveryService {
+        OutboxDeliveryService::new(self.db.clone(), sink, self.settings())
     }
 
     /// One delivery pass through `sink`: claims up to the configured number of outboxes, sends
     /// them, deletes what was sent. Returns how many messages were sent. (The bus runs this in
     /// a loop; call it to drain an outbox by hand.)
     pub async fn deliver_once(&self, sink: SharedSink) -> Result<usize, StoreError> {
-        let service = OutboxDeliveryService::new(
-            self.db.clone(),
-            sink,
-            self.delivery
-                .clone()
-                .unwrap_or_else(|| DeliveryConfig::new(self.config()))
-                .with_storage(self.config()),
-        );
-        service.deliver_once().await
+        self.delivery_service(sink).deliver_once().await
     }
 
     /// One sweep through `sink`: delivers the consumer-outbox rows of inbox rows consumed more
     /// than `age` ago and not delivered. Returns how many inbox entries were completed.
     pub async fn sweep_once(&self, sink: SharedSink, age: Duration) -> Result<usize, StoreError> {
-        let service =
-            OutboxDeliveryService::new(self.db.clone(), sink, DeliveryConfig::new(self.config()));
-        service.sweep_once(Some(age)).await
+        self.delivery_service(sink).sweep_once(age).await
     }
 
     /// Deletes delivered inbox rows older than the duplicate-detection window until none is
     /// left; returns how many were removed.
     pub async fn cleanup_once(&self) -> Result<u64, StoreError> {
-        let config = self
-            .cleanup
-            .clone()
-            .unwrap_or_else(|| CleanupConfig::new(self.config()))
-            .with_storage(self.config());
-        InboxCleanup::new(self.db.clone(), config).run_once().await
+        InboxCleanup::new(self.db.clone(), self.settings())
+            .run_once()
+            .await
     }
 }
 
@@ -391,17 +361,19 @@ impl Storage for PostgresStorage {
     ///
     /// [`StoreErrorKind::Config`]: crate::StoreErrorKind::Config
     async fn prepare(&self) -> Result<(), BoxError> {
-        crate::delivery::listener::postgres_pool(&self.db)?;
-        if self.migrate {
-            Migrator::new(self.tables.clone()).run(&self.db).await?;
+        postgres_pool(&self.db)?;
+        let tables = self.settings.tables();
+        if self.settings.migrate {
+            Migrator::new(tables.clone()).run(&self.db).await?;
         }
-        let prepared = self.configured().detect(&self.db).await?;
+        let timestamps = read_timestamp_type(&self.db, tables).await?;
+        let prepared = self.settings.with_timestamps(timestamps);
         *self.prepared.write().unwrap_or_else(|e| e.into_inner()) = Some(prepared);
         Ok(())
     }
 
     fn inbox_layer(&self) -> BoxConsumeLayer {
-        let config = self.inbox.clone().with_storage(self.config());
+        let config = InboxConfig::new(self.settings());
         BoxConsumeLayer::new(InboxLayer::new(
             self.connections.clone(),
             config,
@@ -413,10 +385,9 @@ impl Storage for PostgresStorage {
     fn add_on(&self, type_id: std::any::TypeId) -> Option<Box<dyn std::any::Any + Send + Sync>> {
         #[cfg(feature = "batch")]
         if type_id == std::any::TypeId::of::<ferrybus_batch::BatchInbox>() {
-            let config = self.inbox.clone().with_storage(self.config());
             let layer = crate::inbox::BatchInboxLayer::new(
                 self.connections.clone(),
-                config,
+                InboxConfig::new(self.settings()),
                 self.handoff.clone(),
             );
             return Some(Box::new(ferrybus_batch::BatchInbox(
@@ -428,27 +399,25 @@ impl Storage for PostgresStorage {
     }
 
     fn start(&self, sink: SharedSink) -> Background {
+        let settings = self.settings();
+        let delivery_runs = settings.delivery.enabled;
         // Acknowledge after commit only where the sweeper runs to cover a crash.
-        let handoff = if self.delivery.is_some() && !self.deliver_before_ack {
-            self.handoff.start(
-                self.connections.clone(),
-                self.config(),
-                sink.clone(),
-                self.inbox.is_pipelined(),
-                self.inbox.is_async_delivered_commit(),
-            )
+        let handoff = if delivery_runs && !settings.deliver_before_ack {
+            self.handoff
+                .start(self.connections.clone(), settings.clone(), sink.clone())
         } else {
             Background::default()
         };
-        let delivery = self
-            .delivery_service(sink)
-            .map(OutboxDeliveryService::spawn)
-            .unwrap_or_default();
-        let cleanup = self
-            .cleanup
-            .clone()
-            .map(|c| InboxCleanup::new(self.db.clone(), c.with_storage(self.config())).spawn())
-            .unwrap_or_default();
+        let delivery = if delivery_runs {
+            self.delivery_service(sink).spawn()
+        } else {
+            Background::default()
+        };
+        let cleanup = if settings.cleanup.enabled {
+            InboxCleanup::new(self.db.clone(), settings).spawn()
+        } else {
+            Background::default()
+        };
         let connections = self.connections.spawn_reaper();
         handoff.join(delivery).join(cleanup).join(connections)
     }
@@ -466,5 +435,56 @@ impl Storage for PostgresStorage {
             tokio::time::timeout(std::time::Duration::from_secs(5), ping).await,
             Ok(Ok(_))
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::TimestampType;
+
+    /// A storage as `prepare` leaves it on tables with .NET's legacy timestamps.
+    fn prepared_on_legacy_tables() -> PostgresStorage {
+        let storage = PostgresStorage::new(DatabaseConnection::default());
+        let legacy = storage
+            .settings
+            .with_timestamps(TimestampType::WithoutTimeZone);
+        *storage.prepared.write().unwrap() = Some(legacy);
+        storage
+    }
+
+    #[test]
+    fn a_builder_method_keeps_the_detected_time_type_unless_the_tables_change() {
+        let storage = prepared_on_legacy_tables()
+            .inbox_cleanup(false)
+            .poll_interval(Duration::from_millis(50));
+        let settings = storage.settings();
+        assert_eq!(
+            settings.tables().timestamp_type(),
+            TimestampType::WithoutTimeZone
+        );
+        assert!(!settings.cleanup.enabled);
+        assert_eq!(settings.delivery.poll_interval, Duration::from_millis(50));
+
+        let moved = storage.tables(Tables::new().schema("elsewhere"));
+        let settings = moved.settings();
+        assert_eq!(settings.tables().schema_name(), "elsewhere");
+        assert_eq!(
+            settings.tables().timestamp_type(),
+            TimestampType::WithTimeZone,
+            "other tables are read again when the bus starts"
+        );
+        assert_eq!(settings.channel(), "ferrybus_outbox.elsewhere.outbox_state");
+    }
+
+    #[test]
+    fn clones_share_the_prepared_settings() {
+        let storage = PostgresStorage::new(DatabaseConnection::default());
+        let clone = storage.clone();
+        let legacy = storage
+            .settings
+            .with_timestamps(TimestampType::WithoutTimeZone);
+        *clone.prepared.write().unwrap() = Some(legacy.clone());
+        assert!(Arc::ptr_eq(&storage.settings(), &legacy));
     }
 }

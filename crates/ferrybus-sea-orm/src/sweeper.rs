@@ -1,5 +1,7 @@
-//! The sweeper: delivers consumer-outbox rows whose inbound message will not come back (it went
-//! to the error queue after the consumer committed but before its messages were sent).
+//! The sweeper: sends the consumer-outbox messages nobody is sending, those of inbox rows
+//! consumed more than `sweep_after` ago ([`SWEEP_AFTER`](crate::defaults::SWEEP_AFTER)), not
+//! delivered and held by no delivery: a process died before its after-commit sender sent them,
+//! or the inbound message went to the error queue after the consumer committed.
 
 use std::time::Duration;
 
@@ -7,33 +9,38 @@ use chrono::Utc;
 use ferrybus_core::outgoing::SharedSink;
 use sea_orm::{ConnectionTrait, DatabaseConnection, FromQueryResult};
 
-use crate::consumer_outbox::{self, InboxKey};
+use crate::consumer_outbox;
 use crate::error::StoreError;
-use crate::sql::{Begin, Sql, StrandedInbox};
+use crate::fast::Begin;
+use crate::sql::{InboxKey, Sql, SweptInbox};
 use crate::telemetry::SendSource;
 
-/// Claims up to `batch` inbox rows consumed more than `age` ago and not delivered (skipping rows
-/// a delivery holds), sends their remaining messages, marks them delivered and deletes the
-/// rows, in one transaction. Returns how many entries were completed.
+/// The inbox rows one sweep claims at most.
+const SWEEP_BATCH: u64 = 32;
+
+/// Claims up to [`SWEEP_BATCH`] inbox rows consumed more than `age` ago and not delivered
+/// (skipping rows a delivery holds), sends their remaining messages, marks them delivered and
+/// deletes the rows, in one transaction. Returns how many entries were completed.
 pub(crate) async fn sweep(
     db: &DatabaseConnection,
     begin: &Begin,
     sql: &Sql,
     sink: &SharedSink,
     age: Duration,
-    batch: u64,
 ) -> Result<usize, StoreError> {
     let before = Utc::now() - chrono::Duration::from_std(age).unwrap_or(chrono::Duration::zero());
     let txn = begin.read_committed(db).await?;
-    let claimed = txn.query_all_raw(sql.sweep_claim(before, batch)).await?;
+    let claimed = txn
+        .query_all_raw(sql.sweep_claim(before, SWEEP_BATCH))
+        .await?;
     let mut completed = 0;
     for row in &claimed {
-        let stranded = StrandedInbox::from_query_result(row, "")?;
+        let swept = SweptInbox::from_query_result(row, "")?;
         let key = InboxKey {
-            message_id: stranded.message_id,
-            consumer_id: stranded.consumer_id,
+            message_id: swept.message_id,
+            consumer_id: swept.consumer_id,
         };
-        let after = stranded.last_sequence_number;
+        let after = swept.last_sequence_number;
         let rows = consumer_outbox::load(&txn, sql, key, after).await?;
         match consumer_outbox::deliver(&txn, sql, sink, key, rows, false, SendSource::Sweeper).await
         {
@@ -44,7 +51,7 @@ pub(crate) async fn sweep(
                     message_id = %key.message_id,
                     consumer_id = %key.consumer_id,
                     sent,
-                    "delivered stranded consumer-outbox messages"
+                    "the sweeper delivered consumer-outbox messages nobody was sending"
                 );
             }
             Err(error) => {

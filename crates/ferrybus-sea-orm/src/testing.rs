@@ -12,7 +12,7 @@ use crate::storage::PostgresStorage;
 pub async fn pending_bus_outbox(storage: &PostgresStorage) -> Result<i64, StoreError> {
     let row = storage
         .db()
-        .query_one_raw(storage.config().sql().pending_bus_outbox())
+        .query_one_raw(storage.settings().sql().pending_bus_outbox())
         .await?
         .ok_or_else(|| StoreError::new(StoreErrorKind::Database, "count returned no row"))?;
     Ok(Pending::from_query_result(&row, "")?.pending)

@@ -108,12 +108,12 @@ impl OutboxDeliveryService {
     /// Claims outboxes and reads their unsent messages (one statement), grouped per outbox in
     /// sequence order.
     async fn claim(&self, txn: &DatabaseTransaction) -> Result<Vec<Claimed>, StoreError> {
-        let sql = self.config.storage.sql();
-        let statement = sql.claim_outboxes(
+        let config = self.config();
+        let statement = self.settings.sql().claim_outboxes(
             &self.backoff.excluded(),
-            self.config.outboxes_per_claim,
-            self.config.messages_per_outbox,
-            u32::try_from(self.config.workers).unwrap_or(u32::MAX),
+            config.outboxes_per_claim,
+            config.messages_per_outbox,
+            u32::try_from(config.workers).unwrap_or(u32::MAX),
         );
         let rows = txn.query_all_raw(statement).await?;
         // A claimed outbox with no message left comes as one row whose message is NULL.
@@ -142,11 +142,12 @@ impl OutboxDeliveryService {
     /// Sends one outbox's rows of this pass in sequence order (pipelined when configured) and
     /// records success or failure in the back-off.
     async fn send_outbox(&self, id: Uuid, mut rows: Vec<StoredRow>) -> OutboxResult {
-        let limit = usize::try_from(self.config.messages_per_outbox).unwrap_or(usize::MAX);
+        let limit = usize::try_from(self.config().messages_per_outbox).unwrap_or(usize::MAX);
         let complete = rows.len() <= limit;
         rows.truncate(limit);
         let seqs: Vec<i64> = rows.iter().map(|r| r.seq).collect();
-        let outcome = send_in_order(&self.sink, rows, self.config.pipelined, SendSource::Bus).await;
+        let pipelined = self.settings.pipelined_sends;
+        let outcome = send_in_order(&self.sink, rows, pipelined, SendSource::Bus).await;
         match (outcome.error, complete) {
             (None, true) => {
                 self.backoff.succeeded(id);
@@ -183,7 +184,7 @@ impl OutboxDeliveryService {
     /// Deletes sent messages, then completed states (children first, for the foreign keys),
     /// and records progress of partly sent outboxes.
     async fn finish(&self, txn: &DatabaseTransaction, results: &Results) -> Result<(), StoreError> {
-        let sql = self.config.storage.sql();
+        let sql = self.settings.sql();
         if !results.complete.is_empty() || !results.sent_seqs.is_empty() {
             txn.execute_raw(sql.delete_outbox_messages(&results.complete, &results.sent_seqs))
                 .await?;

@@ -55,7 +55,7 @@
 //! # let _ = (pending, newest); Ok(()) }
 //! ```
 
-use sea_orm::sea_query::{DynIden, IntoIden, TableRef};
+use sea_orm::sea_query::{DynIden, IntoIden, SchemaName, TableName, TableRef};
 use sea_orm::{
     ActiveModelTrait, DeleteMany, EntityName, EntityTrait, Insert, QueryTrait, Select, UpdateMany,
     ValidatedDeleteOne, ValidatedUpdateOne,
@@ -110,9 +110,14 @@ macro_rules! outbox_entity {
 }
 pub(crate) use outbox_entity;
 
+/// `"schema"."table"`, with `AS alias` when given.
+pub(crate) fn schema_table(schema: DynIden, table: DynIden, alias: Option<DynIden>) -> TableRef {
+    TableRef::Table(TableName(Some(SchemaName(None, schema)), table), alias)
+}
+
 /// `schema.table AS <the entity's table name>`.
 fn aliased<E: EntityTrait>(schema: &str, table: &str) -> TableRef {
-    crate::sql::names::schema_table(
+    schema_table(
         DynIden::from(schema.to_owned()),
         DynIden::from(table.to_owned()),
         Some(E::default().table_name().into_iden()),

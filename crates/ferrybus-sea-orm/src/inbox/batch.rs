@@ -29,17 +29,16 @@ use sea_orm::ConnectionTrait;
 use tower::{Layer, Service, ServiceExt};
 use tracing::Instrument;
 
-use crate::connections::Connections;
-use crate::consumer_outbox::{self, InboxKey};
+use crate::consumer_outbox;
 use crate::error::{StoreError, StoreErrorKind};
-use crate::inbox::flow::{begin, claim, count_duplicate, deliver_after_commit, Claim};
+use crate::fast::{Connections, InboxTransaction};
+use crate::inbox::flow::{begin, claim, deliver_after_commit, Claim};
 use crate::inbox::handoff::Committed;
 use crate::inbox::layer::Shared;
 use crate::inbox::sink::CaptureSink;
-use crate::inbox::InboxTransaction;
 use crate::inbox::{Handoff, InboxConfig};
-use crate::sql::{Sql, StoredRow};
-use crate::telemetry::{inbox_stage, timed};
+use crate::sql::{InboxKey, Sql, StoredRow};
+use crate::telemetry::{count_duplicate, inbox_stage, timed};
 
 /// The batch inbox as a tower layer over a batch pipeline (see the [module docs](self)).
 #[derive(Clone, Debug)]

@@ -4,7 +4,7 @@ use ferrybus_core::{ConsumeContext, Message};
 
 use ferrybus_core::consume::ConsumeRequest;
 
-use crate::inbox::InboxTransaction;
+use crate::fast::InboxTransaction;
 
 /// Gives consumers the inbox's open transaction: their writes commit together with the inbox
 /// row and the messages they publish, or roll back together. The inbox puts it into the request

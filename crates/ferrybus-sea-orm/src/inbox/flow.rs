@@ -1,6 +1,5 @@
 //! The per-delivery algorithm of the inbox (see the module docs for the diagram).
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use chrono::Utc;
@@ -14,15 +13,15 @@ use tower::{Service, ServiceExt};
 use tracing::Instrument;
 use uuid::Uuid;
 
-use crate::consumer_outbox::{self, InboxKey};
+use crate::consumer_outbox;
 use crate::error::{StoreError, StoreErrorKind};
+use crate::fast::InboxTransaction;
 use crate::inbox::handoff::Committed;
 use crate::inbox::layer::Shared;
 use crate::inbox::sink::CaptureSink;
-use crate::inbox::InboxTransaction;
-use crate::sql::{RowState, Sql, StoredRow};
+use crate::sql::{InboxKey, RowState, Sql, StoredRow};
 use crate::telemetry::{
-    inbox_stage, timed, SendSource, INBOX_DUPLICATES_TOTAL, INBOX_RECOVERED_TOTAL,
+    count_duplicate, inbox_decision, inbox_stage, timed, InboxDecision, SendSource,
 };
 
 /// What the inbox row says to do with this delivery.
@@ -77,25 +76,20 @@ where
     S::Future: Send,
 {
     let sql = shared.config.storage().sql();
-    // Guess from the last delivery whether this one publishes (see `RunRow`).
-    let pending = shared.publishes.load(Ordering::Relaxed);
+    // Whether this delivery publishes, guessed from the last one (see `RunRow`).
+    let pending = shared.publish_guess.publishes();
     let (txn, claim) = timed(&inbox_stage::CLAIM, begin_claim(&shared, sql, key, pending))
         .await
         .map_err(StoreError::into_consume_error)?;
     match claim {
         Claim::Run { row } => {
-            ferrybus_otel::record_inbox_decision("run");
+            inbox_decision(request.consumer(), InboxDecision::Run);
             consume(&shared, inner, request, key, row, txn).await
         }
         Claim::Duplicate => duplicate(&request, key, txn).await,
         Claim::Recover { after } => {
-            // The consumer does not run again: from its point of view this copy is a duplicate.
-            count_duplicate(&request);
-            ferrybus_otel::record_inbox(
-                request.consumer().queue(),
-                request.consumer().name(),
-                false,
-            );
+            // The consumer does not run again: the copy completes an earlier attempt.
+            inbox_decision(request.consumer(), InboxDecision::Recover);
             let sink = request.sink().clone();
             recover(sql, &sink, key, after, txn)
                 .await
@@ -120,8 +114,7 @@ pub(super) enum RunRow {
 }
 
 impl RunRow {
-    /// Whether this transaction inserted the row (the batch inbox asks).
-    #[cfg_attr(not(feature = "batch"), allow(dead_code))]
+    /// Whether this transaction inserted the row.
     pub(super) fn inserted(self) -> bool {
         self != RunRow::Unconsumed
     }
@@ -228,13 +221,6 @@ async fn duplicate(
     Ok(ConsumeOutcome::Duplicate)
 }
 
-pub(super) fn count_duplicate(request: &ConsumeRequest) {
-    let consumer = request.consumer().name().to_owned();
-    ferrybus_otel::record_inbox(request.consumer().queue(), &consumer, true);
-    ferrybus_otel::record_inbox_decision("duplicate");
-    metrics::counter!(INBOX_DUPLICATES_TOTAL, "consumer" => consumer).increment(1);
-}
-
 /// Runs the consumer in the transaction, writes its messages, commits, then delivers them.
 async fn consume<S>(
     shared: &Shared,
@@ -268,9 +254,7 @@ where
     let seqs = timed(&inbox_stage::COMMIT, commit(txn, sql, key, row, &messages))
         .await
         .map_err(StoreError::into_consume_error)?;
-    shared
-        .publishes
-        .store(!messages.is_empty(), Ordering::Relaxed);
+    shared.publish_guess.learn(!messages.is_empty());
     if messages.is_empty() {
         return Ok(outcome);
     }
@@ -394,8 +378,6 @@ async fn recover(
         pending = rows.len(),
         "message already consumed; delivering its remaining outbox messages"
     );
-    metrics::counter!(INBOX_RECOVERED_TOTAL).increment(1);
-    ferrybus_otel::record_inbox_decision("recover");
     let result =
         consumer_outbox::deliver(&txn, sql, sink, key, rows, false, SendSource::Consumer).await;
     finish(txn, result).await

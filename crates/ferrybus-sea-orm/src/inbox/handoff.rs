@@ -24,13 +24,11 @@ use sea_orm::{ConnectionTrait, FromQueryResult};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::StorageConfig;
-use crate::connections::Connections;
-use crate::consumer_outbox::InboxKey;
 use crate::error::StoreError;
-use crate::inbox::InboxTransaction;
+use crate::fast::{Connections, InboxTransaction};
 use crate::send::send_in_order;
-use crate::sql::{LockedInbox, StoredRow};
+use crate::settings::Settings;
+use crate::sql::{InboxKey, LockedInbox, StoredRow};
 use crate::telemetry::{inbox_stage, timed, SendSource};
 
 /// How many entries one pass takes at most.
@@ -77,20 +75,16 @@ impl Handoff {
     pub(crate) fn start(
         self: &Arc<Self>,
         connections: Arc<Connections>,
-        storage: StorageConfig,
+        settings: Arc<Settings>,
         sink: SharedSink,
-        pipelined: bool,
-        async_commit: bool,
     ) -> Background {
         let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
         *self.queue.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
         let cancel = CancellationToken::new();
         let sender = Sender {
             connections,
-            storage,
+            settings,
             sink,
-            pipelined,
-            async_commit,
         };
         let handoff = self.clone();
         let token = cancel.clone();
@@ -117,10 +111,8 @@ struct Sender {
     /// The inbox's kept connections: a pass runs its transaction as a delivery does
     /// ([`InboxTransaction`]), without a trip through the pool.
     connections: Arc<Connections>,
-    storage: StorageConfig,
+    settings: Arc<Settings>,
     sink: SharedSink,
-    pipelined: bool,
-    async_commit: bool,
 }
 
 impl Sender {
@@ -176,10 +168,11 @@ impl Sender {
         txn: &InboxTransaction,
         batch: Vec<Committed>,
     ) -> Result<(), StoreError> {
-        let sql = self.storage.sql();
+        let sql = self.settings.sql();
+        let async_commit = self.settings.inbox.async_delivered_commit;
         let keys: Vec<InboxKey> = batch.iter().map(|c| c.key).collect();
         let locked = txn
-            .query_all_raw(sql.inbox_lock_many(&keys, self.async_commit))
+            .query_all_raw(sql.inbox_lock_many(&keys, async_commit))
             .await?;
         let mut after: HashMap<InboxKey, i64> = HashMap::with_capacity(locked.len());
         for row in &locked {
@@ -197,8 +190,9 @@ impl Sender {
             let rows: Vec<StoredRow> = entry.rows.into_iter().filter(|r| r.seq > after).collect();
             let last = rows.last().map(|r| r.seq);
             Some(async move {
+                let pipelined = self.settings.pipelined_sends;
                 let outcome =
-                    send_in_order(&self.sink, rows, self.pipelined, SendSource::Consumer).await;
+                    send_in_order(&self.sink, rows, pipelined, SendSource::Consumer).await;
                 (entry.key, last, outcome)
             })
         });

@@ -1,6 +1,5 @@
 //! [`InboxLayer`]: adds the inbox and consumer outbox to an endpoint.
 
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use tower::Layer;
@@ -8,7 +7,7 @@ use tower::Layer;
 use ferrybus_core::consume::ConsumerInfo;
 use uuid::Uuid;
 
-use crate::connections::Connections;
+use crate::fast::{Connections, PublishGuess};
 use crate::inbox::config::KnownConsumerId;
 use crate::inbox::{Handoff, Inbox, InboxConfig};
 
@@ -27,9 +26,9 @@ pub(crate) struct Shared {
     pub(crate) config: InboxConfig,
     /// The after-commit sender of the storage (acknowledge before sending while it runs).
     pub(crate) handoff: Arc<Handoff>,
-    /// Whether the last delivery published: the next inbox row is inserted "not delivered"
-    /// when it did (`flow::RunRow`), so a publishing consumer's row is written once.
-    pub(crate) publishes: AtomicBool,
+    /// Whether the next delivery publishes: its inbox row is inserted "not delivered" when it
+    /// is expected to (`flow::RunRow`), so a publishing consumer's row is written once.
+    pub(crate) publish_guess: PublishGuess,
     /// The consumer id the inbox uses for the consumer of this layer, once derived.
     known_consumer_id: KnownConsumerId,
 }
@@ -57,7 +56,7 @@ impl Shared {
             connections,
             config,
             handoff,
-            publishes: AtomicBool::new(false),
+            publish_guess: PublishGuess::default(),
             known_consumer_id: KnownConsumerId::default(),
         }
     }

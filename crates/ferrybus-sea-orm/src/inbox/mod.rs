@@ -28,7 +28,6 @@ mod flow;
 mod handoff;
 mod layer;
 mod sink;
-mod transaction;
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -47,7 +46,6 @@ pub(crate) use config::InboxConfig;
 pub use context::TransactionExt;
 pub(crate) use handoff::Handoff;
 pub(crate) use layer::InboxLayer;
-pub use transaction::InboxTransaction;
 
 use layer::Shared;
 

@@ -8,6 +8,8 @@ use ferrybus_core::outgoing::MessageSink;
 use ferrybus_core::outgoing::OutgoingMessage;
 use ferrybus_core::PublishError;
 
+use crate::telemetry::count_outbox_write;
+
 /// Buffers outgoing messages until the consumer returns; closed afterwards, so a message sent
 /// from a task that outlived the consumer fails instead of being lost.
 #[derive(Clone, Default)]
@@ -33,10 +35,7 @@ impl MessageSink for CaptureSink {
     async fn deliver(&self, message: OutgoingMessage) -> Result<(), PublishError> {
         match self.0.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
             Some(buffer) => {
-                ferrybus_otel::record_outbox_send(
-                    &message.destination_address,
-                    message.message_type.first().map_or("", String::as_str),
-                );
+                count_outbox_write(&message);
                 buffer.push(message);
                 Ok(())
             }

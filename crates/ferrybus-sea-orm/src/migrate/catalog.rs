@@ -26,7 +26,7 @@ fn text(table: &DynIden, column: &'static str) -> SimpleExpr {
 
 /// `schema.name AS alias` of a catalog table.
 fn catalog(schema: &'static str, name: &'static str, alias: &DynIden) -> TableRef {
-    crate::sql::names::schema_table(a(schema), a(name), Some(alias.clone()))
+    crate::entity::schema_table(a(schema), a(name), Some(alias.clone()))
 }
 
 /// A column as `information_schema.columns` describes it.

@@ -12,10 +12,11 @@ use ferrybus_core::{Publish, PublishError};
 use sea_orm::{ConnectionTrait, FromQueryResult};
 use uuid::Uuid;
 
-use crate::config::StorageConfig;
 use crate::error::{StoreError, StoreErrorKind};
+use crate::settings::Settings;
 use crate::sql::WrittenOutbox;
 use crate::storage::PostgresStorage;
+use crate::telemetry::count_outbox_write;
 
 /// Publishes and sends through the outbox tables, in the caller's transaction: nothing reaches
 /// the broker unless the transaction commits, and then the outbox delivery service of any
@@ -45,7 +46,7 @@ use crate::storage::PostgresStorage;
 #[derive(Clone, Debug)]
 pub struct BusOutbox {
     factory: Arc<MessageFactory>,
-    config: StorageConfig,
+    settings: Arc<Settings>,
     origin: MessageOrigin,
 }
 
@@ -68,7 +69,7 @@ impl BusOutbox {
         };
         Self {
             factory: Arc::new(factory),
-            config: storage.config(),
+            settings: storage.settings(),
             origin,
         }
     }
@@ -84,20 +85,17 @@ impl BusOutbox {
         db: &impl ConnectionTrait,
         message: &OutgoingMessage,
     ) -> Result<Uuid, StoreError> {
-        let statement =
-            self.config
-                .sql()
-                .bus_insert(Utc::now(), self.config.write_notify(), message)?;
+        let settings = &self.settings;
+        let statement = settings
+            .sql()
+            .bus_insert(Utc::now(), settings.write_notify(), message)?;
         let row = db.query_one_raw(statement).await?.ok_or_else(|| {
             StoreError::new(
                 StoreErrorKind::Database,
                 "the outbox insert returned no row",
             )
         })?;
-        ferrybus_otel::record_outbox_send(
-            &message.destination_address,
-            message.message_type.first().map_or("", String::as_str),
-        );
+        count_outbox_write(message);
         Ok(WrittenOutbox::from_query_result(&row, "")?.outbox_id)
     }
 }

@@ -8,8 +8,6 @@
 mod message;
 pub(crate) mod names;
 
-use std::sync::OnceLock;
-
 use chrono::{DateTime, Utc};
 use ferrybus_core::outgoing::OutgoingMessage;
 use sea_orm::sea_query::ExprTrait;
@@ -18,20 +16,17 @@ use sea_orm::sea_query::{
     LockType, OnConflict, Order, PgFunc, Query, SelectStatement, SimpleExpr, SubQueryStatement,
     TableRef,
 };
-use sea_orm::{
-    ConnectionTrait, DatabaseConnection, DatabaseTransaction, DbBackend, FromQueryResult,
-    IsolationLevel, Statement, StatementBuilder, TransactionTrait, Value,
-};
+use sea_orm::{ConnectionTrait, DbBackend, FromQueryResult, Statement, StatementBuilder, Value};
 use uuid::Uuid;
 
 pub(crate) use message::{message_values, read_message, StoredRow};
 use names::Names;
 
-use crate::config::Tables;
-use crate::consumer_outbox::InboxKey;
+use crate::config::{Tables, TimestampType};
 use crate::entity::OutboxTable;
 use crate::entity::{inbox_state as inbox, outbox_message as msg, outbox_state as state};
 use crate::error::StoreError;
+use crate::fast::templates::{bind, Template};
 
 /// Builds a sea-query statement for PostgreSQL.
 pub(crate) fn build(statement: &impl StatementBuilder) -> Statement {
@@ -55,75 +50,47 @@ fn alias(name: &'static str) -> DynIden {
     names::iden(name)
 }
 
-/// Begins READ COMMITTED transactions (whatever the server default is): a waiter on a row lock
-/// then sees the committed row instead of failing with a serialization error.
-///
-/// sea-orm's `begin_with_config` sends `SET TRANSACTION ISOLATION LEVEL …` after `BEGIN`: one
-/// more round trip per transaction. So the first use asks the server for
-/// `default_transaction_isolation` and, when it is already `read committed` (PostgreSQL's
-/// default), later transactions start with a plain `BEGIN`. The answer is kept for the life of
-/// this value (one per inbox layer / delivery service); if the check fails, it is asked again
-/// next time and this transaction sets the level explicitly.
-///
-/// The check holds for every connection of the pool as long as the level comes from the server,
-/// database or role configuration (`ALTER DATABASE/ROLE … SET default_transaction_isolation`);
-/// a session-level `SET default_transaction_isolation` on some pooled connections is not seen.
-#[derive(Debug, Default)]
-pub(crate) struct Begin {
-    plain: tokio::sync::OnceCell<bool>,
-}
-
-impl Begin {
-    pub(crate) fn new() -> Self {
-        Self::default()
+/// The type of the time columns of `tables`, read from the inbox table's `Received` column
+/// (`timestamp without time zone` for tables a .NET service created with Npgsql's legacy
+/// timestamps).
+pub(crate) async fn read_timestamp_type(
+    db: &impl ConnectionTrait,
+    tables: &Tables,
+) -> Result<TimestampType, StoreError> {
+    let column = names::column_name(inbox::Column::Received, tables.naming_style());
+    #[derive(FromQueryResult)]
+    struct DataType {
+        data_type: String,
     }
-
-    /// Begins a READ COMMITTED transaction on `db`.
-    pub(crate) async fn read_committed(
-        &self,
-        db: &DatabaseConnection,
-    ) -> Result<DatabaseTransaction, StoreError> {
-        let plain = match self
-            .plain
-            .get_or_try_init(|| default_is_read_committed(db))
-            .await
-        {
-            Ok(plain) => *plain,
-            Err(error) => {
-                tracing::debug!(
-                    target: "ferrybus::storage",
-                    %error,
-                    "cannot read default_transaction_isolation; setting the level explicitly"
-                );
-                false
-            }
-        };
-        if plain {
-            Ok(db.begin().await?)
-        } else {
-            Ok(db
-                .begin_with_config(Some(IsolationLevel::ReadCommitted), None)
-                .await?)
-        }
-    }
-}
-
-async fn default_is_read_committed(db: &DatabaseConnection) -> Result<bool, StoreError> {
     let query = Query::select()
         .expr_as(
-            Func::cust(Alias::new("current_setting")).arg("default_transaction_isolation"),
-            Alias::new("level"),
+            Expr::col(Alias::new("data_type")).cast_as(Alias::new("text")),
+            Alias::new("data_type"),
         )
+        .from((Alias::new("information_schema"), Alias::new("columns")))
+        .and_where(Expr::col(Alias::new("table_schema")).eq(tables.schema_name()))
+        .and_where(Expr::col(Alias::new("table_name")).eq(tables.inbox_state()))
+        .and_where(Expr::col(Alias::new("column_name")).eq(column.as_str()))
         .to_owned();
-    let row = db.query_one_raw(build(&query)).await?;
-    let level: Option<String> = row.map(|r| r.try_get("", "level")).transpose()?;
-    Ok(level.is_some_and(|l| l.eq_ignore_ascii_case("read committed")))
+    let Some(row) = db.query_one_raw(build(&query)).await? else {
+        return Err(StoreError::config(format!(
+            "column {column} of {}.{} not found",
+            tables.schema_name(),
+            tables.inbox_state()
+        )));
+    };
+    let data_type = DataType::from_query_result(&row, "")?;
+    Ok(if data_type.data_type == "timestamp without time zone" {
+        TimestampType::WithoutTimeZone
+    } else {
+        TimestampType::WithTimeZone
+    })
 }
 
 /// The statements for one set of tables, built with sea-query. Those that run for every
 /// delivery or every pass of the after-commit sender (the inbox insert, the consumer-outbox
 /// insert of a few messages, the bus-outbox insert, the sender's lock and finish) are rendered
-/// once and then only bound to new values ([`Templates`]).
+/// once and then only bound to new values ([`Template`]).
 #[derive(Debug)]
 pub(crate) struct Sql {
     pub(crate) names: Names,
@@ -133,36 +100,30 @@ pub(crate) struct Sql {
 /// Consumer-outbox inserts of up to this many messages keep their rendered text.
 const TEMPLATED_MESSAGES: usize = 8;
 
-/// SQL text rendered by sea-query on first use, bound to fresh values afterwards: rendering
-/// (quoting every identifier, walking the expression tree) cost more client time per delivery
-/// than executing. The values are listed in the order sea-query binds them; a unit test
-/// compares every templated statement with a fresh build.
+/// The texts of the templated statements, one [`Template`] per statement shape (the fast path:
+/// see `crate::fast`).
 #[derive(Debug, Default)]
 struct Templates {
-    inbox_insert: OnceLock<String>,
+    inbox_insert: Template,
     /// By message count − 1, then with (`[1]`) or without the inbox-row update.
-    inbox_messages: [[OnceLock<String>; 2]; TEMPLATED_MESSAGES],
+    inbox_messages: [[Template; 2]; TEMPLATED_MESSAGES],
     /// With (`[1]`) or without the `NOTIFY` (its channel is a bound value).
-    bus_insert: [OnceLock<String>; 2],
+    bus_insert: [Template; 2],
     /// With (`[1]`) or without turning `synchronous_commit` off.
-    inbox_lock_many: [OnceLock<String>; 2],
-    inbox_finish_many: OnceLock<String>,
+    inbox_lock_many: [Template; 2],
+    inbox_finish_many: Template,
 }
 
-/// Starts a READ COMMITTED transaction whatever the server's, database's, role's or session's
-/// default is (a waiter on a row lock then sees the committed row instead of failing with a
-/// serialization error); it costs what a plain `BEGIN` costs.
-pub(crate) const BEGIN_READ_COMMITTED: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
+/// The inbox key: (original message id, consumer id).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct InboxKey {
+    pub(crate) message_id: Uuid,
+    pub(crate) consumer_id: Uuid,
+}
 
 /// The message ids and the consumer ids of `keys`, as the arrays the many-row statements bind.
 fn key_arrays<'a>(keys: impl Iterator<Item = &'a InboxKey>) -> (Vec<Uuid>, Vec<Uuid>) {
     keys.map(|k| (k.message_id, k.consumer_id)).unzip()
-}
-
-/// Keeps the text of `rendered` (a first build with sea-query) in `template`.
-fn remember(template: &OnceLock<String>, rendered: Statement) -> Statement {
-    let _ = template.set(rendered.sql.clone());
-    rendered
 }
 
 /// The state of an inbox row, as the lock and relock statements return it.
@@ -190,9 +151,9 @@ pub(crate) struct ClaimedOutbox {
     pub(crate) delivered: bool,
 }
 
-/// An inbox row the sweeper claimed.
+/// An inbox row the sweeper claimed: consumed, not delivered, held by no delivery.
 #[derive(Debug, FromQueryResult)]
-pub(crate) struct StrandedInbox {
+pub(crate) struct SweptInbox {
     pub(crate) message_id: Uuid,
     pub(crate) consumer_id: Uuid,
     pub(crate) last_sequence_number: Option<i64>,
@@ -302,12 +263,9 @@ impl Sql {
     ) -> Statement {
         let values = self.inbox_insert_values(key, lock_id, now, pending);
         let template = &self.templates.inbox_insert;
-        match template.get() {
-            Some(sql) => Statement::from_sql_and_values(DbBackend::Postgres, sql.as_str(), values),
-            None => remember(
-                template,
-                self.render_inbox_insert(key, lock_id, now, values),
-            ),
+        match template.text() {
+            Some(text) => bind(text, values),
+            None => template.keep(self.render_inbox_insert(key, lock_id, now, values)),
         }
     }
 
@@ -437,8 +395,8 @@ impl Sql {
     /// rendered once ([`Templates`]).
     pub(crate) fn inbox_lock_many(&self, keys: &[InboxKey], async_commit: bool) -> Statement {
         let template = &self.templates.inbox_lock_many[usize::from(async_commit)];
-        let Some(sql) = template.get() else {
-            return remember(template, self.render_inbox_lock_many(keys, async_commit));
+        let Some(text) = template.text() else {
+            return template.keep(self.render_inbox_lock_many(keys, async_commit));
         };
         let (mids, cids) = key_arrays(keys.iter());
         let mut values: Vec<Value> = Vec::with_capacity(6);
@@ -446,7 +404,7 @@ impl Sql {
             values.extend(["synchronous_commit".into(), "off".into(), true.into()]);
         }
         values.extend([mids.clone().into(), mids.into(), cids.into()]);
-        Statement::from_sql_and_values(DbBackend::Postgres, sql.as_str(), values)
+        bind(text, values)
     }
 
     fn render_inbox_lock_many(&self, keys: &[InboxKey], async_commit: bool) -> Statement {
@@ -501,8 +459,8 @@ impl Sql {
         lock_id: Uuid,
     ) -> Statement {
         let template = &self.templates.inbox_finish_many;
-        let Some(sql) = template.get() else {
-            return remember(template, self.render_inbox_finish_many(done, now, lock_id));
+        let Some(text) = template.text() else {
+            return template.keep(self.render_inbox_finish_many(done, now, lock_id));
         };
         let (mids, cids) = key_arrays(done.iter().map(|(k, _)| k));
         let lasts: Vec<i64> = done.iter().map(|(_, last)| last.unwrap_or(0)).collect();
@@ -519,7 +477,7 @@ impl Sql {
             cids.into(),
             lasts.into(),
         ];
-        Statement::from_sql_and_values(DbBackend::Postgres, sql.as_str(), values)
+        bind(text, values)
     }
 
     fn render_inbox_finish_many(
@@ -676,9 +634,9 @@ impl Sql {
         else {
             return self.render_inbox_messages(key, rows, pending_at);
         };
-        let Some(sql) = template.get() else {
+        let Some(text) = template.text() else {
             let rendered = self.render_inbox_messages(key, rows, pending_at)?;
-            return Ok(remember(template, rendered));
+            return Ok(template.keep(rendered));
         };
         // The values move into the statement: a message's body is not copied again.
         let mut values = Vec::with_capacity(4 + rows.len() * BINDS_PER_MESSAGE);
@@ -694,11 +652,7 @@ impl Sql {
             values.extend([key.message_id.into(), key.consumer_id.into()]);
             values.extend(row.into_iter().map(|(_, v)| v));
         }
-        Ok(Statement::from_sql_and_values(
-            DbBackend::Postgres,
-            sql.as_str(),
-            values,
-        ))
+        Ok(bind(text, values))
     }
 
     fn render_inbox_messages(
@@ -757,9 +711,9 @@ impl Sql {
         let n = &self.names;
         let row = message_values(n, message)?;
         let template = &self.templates.bus_insert[usize::from(notify.is_some())];
-        let Some(sql) = template.get() else {
+        let Some(text) = template.text() else {
             let rendered = self.render_bus_insert(now, notify, row)?;
-            return Ok(remember(template, rendered));
+            return Ok(template.keep(rendered));
         };
         // In the order sea-query binds them: the state row's, the message's, the NOTIFY's.
         let mut values = Vec::with_capacity(4 + BINDS_PER_MESSAGE);
@@ -768,11 +722,7 @@ impl Sql {
         if let Some(channel) = notify {
             values.extend([channel.into(), "".into()]);
         }
-        Ok(Statement::from_sql_and_values(
-            DbBackend::Postgres,
-            sql.as_str(),
-            values,
-        ))
+        Ok(bind(text, values))
     }
 
     fn render_bus_insert(
@@ -1002,7 +952,7 @@ impl Sql {
     }
 
     /// Claims up to `limit` inbox rows consumed before `before` and not delivered, oldest first,
-    /// skipping rows a delivery holds ([`StrandedInbox`]).
+    /// skipping rows a delivery holds ([`SweptInbox`]).
     pub(crate) fn sweep_claim(&self, before: DateTime<Utc>, limit: u64) -> Statement {
         let n = &self.names;
         let consumed = n.c(inbox::Column::Consumed);
@@ -1269,15 +1219,15 @@ mod template_tests {
                     "{count} entries"
                 );
             }
-            assert!(sql.templates.inbox_insert.get().is_some());
-            assert!(sql.templates.inbox_messages[0][1].get().is_some());
+            assert!(sql.templates.inbox_insert.text().is_some());
+            assert!(sql.templates.inbox_messages[0][1].text().is_some());
             assert!(sql
                 .templates
                 .inbox_lock_many
                 .iter()
-                .all(|t| t.get().is_some()));
-            assert!(sql.templates.inbox_finish_many.get().is_some());
-            assert!(sql.templates.bus_insert.iter().all(|t| t.get().is_some()));
+                .all(|t| t.text().is_some()));
+            assert!(sql.templates.inbox_finish_many.text().is_some());
+            assert!(sql.templates.bus_insert.iter().all(|t| t.text().is_some()));
         }
     }
 }

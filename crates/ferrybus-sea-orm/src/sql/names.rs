@@ -7,12 +7,12 @@ use std::sync::LazyLock;
 
 use chrono::{DateTime, Utc};
 use sea_orm::sea_query::{
-    Alias, BinOper, DynIden, Expr, ExprTrait, IntoIden, SchemaName, SimpleExpr, TableName, TableRef,
+    Alias, BinOper, DynIden, Expr, ExprTrait, IntoIden, SimpleExpr, TableRef,
 };
 use sea_orm::{ColumnTrait, IdenStatic, Iterable, Value};
 
 use crate::config::{NamingStyle, Tables, TimestampType};
-use crate::entity::{dotnet, inbox_state, outbox_message, outbox_state, OutboxTable};
+use crate::entity::{dotnet, inbox_state, outbox_message, outbox_state, schema_table, OutboxTable};
 
 /// `message_id` → `MessageId`.
 pub(crate) fn pascal_case(snake: &str) -> String {
@@ -194,11 +194,6 @@ impl Names {
             }
         }
     }
-}
-
-/// `"schema"."table"`, with `AS alias` when given.
-pub(crate) fn schema_table(schema: DynIden, table: DynIden, alias: Option<DynIden>) -> TableRef {
-    TableRef::Table(TableName(Some(SchemaName(None, schema)), table), alias)
 }
 
 #[cfg(test)]

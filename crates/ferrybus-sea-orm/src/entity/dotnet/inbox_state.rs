@@ -52,6 +52,7 @@ pub enum Relation {
     OutboxMessage,
 }
 
+// module-cycles: allow (the foreign key, seen from the referenced table)
 impl Related<super::outbox_message::Entity> for Entity {
     fn to() -> RelationDef {
         Relation::OutboxMessage.def()

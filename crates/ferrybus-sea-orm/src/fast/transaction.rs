@@ -19,9 +19,13 @@ use sea_orm::{
 use sea_query_sqlx::SqlxValues;
 use tokio::sync::Mutex;
 
-use crate::connections::{Connections, Lease, LeaseState};
 use crate::error::{StoreError, StoreErrorKind};
-use crate::sql::BEGIN_READ_COMMITTED;
+use crate::fast::connections::{Connections, Lease, LeaseState};
+
+/// Starts a READ COMMITTED transaction whatever the server's, database's, role's or session's
+/// default is (a waiter on a row lock then sees the committed row instead of failing with a
+/// serialization error); it costs what a plain `BEGIN` costs.
+const BEGIN_READ_COMMITTED: &str = "BEGIN ISOLATION LEVEL READ COMMITTED";
 
 /// The inbox transaction of one delivery: the consumer's writes, its inbox row and the messages
 /// it publishes commit together or not at all. Use it as any sea-orm connection (it implements

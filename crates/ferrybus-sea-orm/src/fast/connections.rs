@@ -24,6 +24,7 @@ use sea_orm::DatabaseConnection;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::StoreError;
+use crate::fast::postgres_pool;
 
 /// A kept connection unused this long goes back to the pool.
 pub(crate) const IDLE: Duration = Duration::from_millis(500);
@@ -56,7 +57,7 @@ pub(crate) struct Connections {
 impl Connections {
     /// The connections of `db`'s pool.
     pub(crate) fn new(db: &DatabaseConnection) -> Self {
-        Self::of_pool(crate::delivery::listener::postgres_pool(db).ok())
+        Self::of_pool(postgres_pool(db).ok())
     }
 
     fn of_pool(pool: Option<PgPool>) -> Self {
