@@ -107,6 +107,32 @@ struct MessagesGuideDoctests;
 #[doc = include_str!("../../../docs/consumers-and-pipeline.md")]
 struct ConsumersGuideDoctests;
 
+/// The RabbitMQ guide's examples, compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/endpoints-topology-errors.md")]
+struct EndpointsGuideDoctests;
+
+/// The inbox and outbox guide's examples, compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/inbox-outbox.md")]
+struct InboxOutboxGuideDoctests;
+
+/// The sagas guide's examples, compiled as doc tests.
 #[cfg(doctest)]
 #[doc = include_str!("../../../docs/sagas.md")]
 struct SagasGuideDoctests;
+
+/// The reliability guide's examples, compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/reliability.md")]
+struct ReliabilityGuideDoctests;
+
+/// The examples guide's examples, compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/examples.md")]
+struct ExamplesGuideDoctests;
+
+/// The operations guide's examples, compiled as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/operations.md")]
+struct OperationsGuideDoctests;
