@@ -8,7 +8,8 @@
 //!   same broker never hits `PRECONDITION_FAILED`.
 //! * **Properties and headers as MassTransit writes them**: `content_type`, `message_id`,
 //!   `correlation_id`, `delivery_mode` 2, `expiration` in ms, headers converted by MassTransit's
-//!   rules; publisher confirms on every publish.
+//!   rules; publisher confirms on every publish. [`convert`] reads AMQP headers back as JSON
+//!   the way the transport does, for tools that read the broker directly.
 //! * **Failure paths**: faults move the original message to `<queue>_error` and ack; unknown types
 //!   go to `<queue>_skipped`; delayed redelivery through the delayed-message plugin or, without
 //!   it, TTL + dead-letter queues; see [`DelayMode`].
@@ -70,7 +71,7 @@
 mod backoff;
 mod bus;
 mod connection;
-mod convert;
+pub mod convert;
 mod delay;
 mod endpoint;
 mod error;
