@@ -1,125 +1,23 @@
-//! Declarations with MassTransit's flags (masstransit-wire §4), cached once per connection.
+//! The topology the transport declares, with MassTransit's flags (masstransit-wire §4): the
+//! public description of a receive endpoint's entities and bindings ([`EndpointTopology`]), which
+//! the transport declares from and tools compare the broker with, and the declarations made
+//! once per connection.
+
+mod endpoint;
+mod entity;
 
 use std::collections::HashSet;
 use std::sync::Mutex;
 
 use ferrybus_core::integration::EndpointAddress;
-
-use crate::queue::{QueueOptions, QueueType};
-use lapin::options::{
-    ExchangeBindOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
-};
+use lapin::options::{ExchangeBindOptions, QueueBindOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
-use lapin::{Channel, ExchangeKind};
-use serde_json::Value;
+use lapin::Channel;
 
 use crate::error::{ErrorKind, RabbitMqError, Result};
 
-/// An exchange declaration.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct ExchangeDecl {
-    pub(crate) name: String,
-    pub(crate) kind: String,
-    pub(crate) durable: bool,
-    pub(crate) auto_delete: bool,
-    pub(crate) arguments: FieldTable,
-}
-
-impl ExchangeDecl {
-    /// A fanout exchange, MassTransit's default type.
-    pub(crate) fn fanout(name: &str, durable: bool, auto_delete: bool) -> Self {
-        Self {
-            name: name.to_owned(),
-            kind: "fanout".to_owned(),
-            durable,
-            auto_delete,
-            arguments: FieldTable::default(),
-        }
-    }
-
-    fn key(&self) -> String {
-        format!("e:{}", self.name)
-    }
-}
-
-/// A queue declaration, holding the flags as configured; [`QueueDecl::declare`] applies
-/// MassTransit's `BrokerTopologyBuilder.QueueDeclare` rules.
-#[derive(Clone, Debug, PartialEq)]
-pub(crate) struct QueueDecl {
-    pub(crate) name: String,
-    pub(crate) durable: bool,
-    pub(crate) auto_delete: bool,
-    pub(crate) exclusive: bool,
-    pub(crate) arguments: FieldTable,
-}
-
-impl QueueDecl {
-    /// The queue of a receive endpoint.
-    pub(crate) fn for_endpoint(name: &str, options: &QueueOptions) -> Self {
-        Self {
-            name: name.to_owned(),
-            durable: options.is_durable(),
-            auto_delete: options.is_auto_delete(),
-            exclusive: options.is_exclusive(),
-            arguments: arguments_table(options),
-        }
-    }
-
-    /// A queue copying this one's flags and arguments (the `_error` and `_skipped` queues).
-    pub(crate) fn sibling(&self, name: String) -> Self {
-        Self {
-            name,
-            exclusive: false,
-            ..self.clone()
-        }
-    }
-
-    /// The flags sent on `queue.declare`: with `x-expires` the queue is not auto-delete (the
-    /// broker's expiry cleans up) but still counts as auto-delete for exclusivity; a
-    /// non-durable auto-delete queue is exclusive.
-    pub(crate) fn declare_options(&self) -> QueueDeclareOptions {
-        let expires = self.arguments.contains_key("x-expires");
-        QueueDeclareOptions {
-            durable: self.durable,
-            auto_delete: self.auto_delete && !expires,
-            exclusive: self.exclusive || (self.auto_delete && !self.durable),
-            ..QueueDeclareOptions::default()
-        }
-    }
-
-    fn key(&self) -> String {
-        format!("q:{}", self.name)
-    }
-}
-
-/// The arguments sent on `queue.declare`, `x-queue-type` included for quorum queues.
-fn arguments_table(options: &QueueOptions) -> FieldTable {
-    let mut table = FieldTable::default();
-    if options.kind() == QueueType::Quorum {
-        table.insert(
-            "x-queue-type".into(),
-            AMQPValue::LongString("quorum".into()),
-        );
-    }
-    for (name, value) in options.arguments() {
-        if let (Ok(key), Some(v)) = (ShortString::try_new(name.as_str()), argument_value(value)) {
-            table.insert(key, v);
-        }
-    }
-    table
-}
-
-fn argument_value(value: &Value) -> Option<AMQPValue> {
-    match value {
-        Value::Bool(b) => Some(AMQPValue::Boolean(*b)),
-        Value::String(s) => Some(AMQPValue::LongString(LongString::from(s.as_str()))),
-        Value::Number(n) => Some(match n.as_i64() {
-            Some(i) => AMQPValue::LongLongInt(i),
-            None => AMQPValue::Double(n.as_f64().unwrap_or_default()),
-        }),
-        Value::Null | Value::Array(_) | Value::Object(_) => None,
-    }
-}
+pub use endpoint::{BoundQueue, Declaration, DeclaredWhen, EndpointTopology};
+pub use entity::{Arguments, Binding, EntityKind, Exchange, Queue};
 
 /// Entity names as AMQP short strings (at most 255 bytes).
 pub(crate) fn short(name: &str) -> Result<ShortString> {
@@ -159,24 +57,17 @@ impl Topology {
     }
 
     /// Declares an exchange unless it was declared on this connection.
-    pub(crate) async fn exchange(&self, channel: &Channel, d: &ExchangeDecl) -> Result<()> {
+    pub(crate) async fn exchange(&self, channel: &Channel, d: &Exchange) -> Result<()> {
         if self.is_declared(&d.key()) {
             return Ok(());
         }
-        let kind = match d.kind.as_str() {
-            "fanout" => ExchangeKind::Fanout,
-            "direct" => ExchangeKind::Direct,
-            "topic" => ExchangeKind::Topic,
-            "headers" => ExchangeKind::Headers,
-            other => ExchangeKind::Custom(other.to_owned()),
-        };
-        let options = ExchangeDeclareOptions {
-            durable: d.durable,
-            auto_delete: d.auto_delete,
-            ..ExchangeDeclareOptions::default()
-        };
         channel
-            .exchange_declare(short(&d.name)?, kind, options, d.arguments.clone())
+            .exchange_declare(
+                short(&d.name)?,
+                d.exchange_kind(),
+                d.declare_options(),
+                d.arguments.to_field_table(),
+            )
             .await
             .map_err(|e| RabbitMqError::amqp(format!("declaring exchange {:?}", d.name), e))?;
         tracing::debug!(target: "ferrybus::rabbitmq", exchange = %d.name, kind = %d.kind, durable = d.durable, "declared exchange");
@@ -185,7 +76,7 @@ impl Topology {
     }
 
     /// Declares a queue unless it was declared on this connection.
-    pub(crate) async fn queue(&self, channel: &Channel, d: &QueueDecl) -> Result<()> {
+    pub(crate) async fn queue(&self, channel: &Channel, d: &Queue) -> Result<()> {
         if self.is_declared(&d.key()) {
             return Ok(());
         }
@@ -195,9 +86,13 @@ impl Topology {
     }
 
     /// Declares a queue even if it was declared before (resets an `x-expires` timer).
-    pub(crate) async fn queue_always(&self, channel: &Channel, d: &QueueDecl) -> Result<()> {
+    pub(crate) async fn queue_always(&self, channel: &Channel, d: &Queue) -> Result<()> {
         channel
-            .queue_declare(short(&d.name)?, d.declare_options(), d.arguments.clone())
+            .queue_declare(
+                short(&d.name)?,
+                d.declare_options(),
+                d.arguments.to_field_table(),
+            )
             .await
             .map_err(|e| RabbitMqError::amqp(format!("declaring queue {:?}", d.name), e))?;
         tracing::debug!(target: "ferrybus::rabbitmq", queue = %d.name, durable = d.durable, "declared queue");
@@ -258,40 +153,38 @@ impl Topology {
         Ok(())
     }
 
-    /// A receive endpoint's topology: exchange `Q` → queue `Q`, and each consumed type's
-    /// exchange → exchange `Q`.
+    /// Declares one entity or binding (unless it was declared on this connection).
+    pub(crate) async fn declare(&self, channel: &Channel, d: Declaration<'_>) -> Result<()> {
+        match d {
+            Declaration::Exchange(exchange) => self.exchange(channel, exchange).await,
+            Declaration::Queue(queue) => self.queue(channel, queue).await,
+            Declaration::Binding(b) => match b.destination_kind {
+                EntityKind::Queue => self.bind_queue(channel, &b.source, &b.destination).await,
+                EntityKind::Exchange => {
+                    self.bind_exchange(channel, &b.source, &b.destination).await
+                }
+            },
+        }
+    }
+
+    /// What a receive endpoint declares when it starts ([`EndpointTopology::on_start`]).
     pub(crate) async fn endpoint(
         &self,
         channel: &Channel,
-        queue: &QueueDecl,
-        types: &[String],
+        topology: &EndpointTopology,
     ) -> Result<()> {
-        let exchange = ExchangeDecl::fanout(&queue.name, queue.durable, queue.auto_delete);
-        self.exchange(channel, &exchange).await?;
-        self.queue(channel, queue).await?;
-        self.bind_queue(channel, &queue.name, &queue.name).await?;
-        for name in types {
-            self.exchange(channel, &ExchangeDecl::fanout(name, true, false))
-                .await?;
-            self.bind_exchange(channel, name, &queue.name).await?;
+        for d in topology.on_start() {
+            self.declare(channel, d).await?;
         }
         Ok(())
     }
 
-    /// The `<queue><suffix>` exchange + queue pair (`_error`, `_skipped`), copying the source
-    /// queue's flags and arguments. Returns the exchange name.
-    pub(crate) async fn move_target(
-        &self,
-        channel: &Channel,
-        source: &QueueDecl,
-        suffix: &str,
-    ) -> Result<String> {
-        let target = source.sibling(format!("{}{suffix}", source.name));
-        let exchange = ExchangeDecl::fanout(&target.name, target.durable, target.auto_delete);
-        self.exchange(channel, &exchange).await?;
-        self.queue(channel, &target).await?;
-        self.bind_queue(channel, &target.name, &target.name).await?;
-        Ok(target.name)
+    /// An exchange + queue pair (`_error`, `_skipped`), declared on the first move there.
+    pub(crate) async fn bound_queue(&self, channel: &Channel, pair: &BoundQueue) -> Result<()> {
+        for d in pair.declarations() {
+            self.declare(channel, d).await?;
+        }
+        Ok(())
     }
 
     /// Whatever a send to `address` needs: its exchange (flags, type, `x-delayed-type` and
@@ -313,18 +206,18 @@ impl Topology {
                 .await?;
         }
         if let Some(queue) = address.queue.as_deref().filter(|_| address.bind) {
-            let decl = QueueDecl {
+            let decl = Queue {
                 name: queue.to_owned(),
                 durable: address.durable,
                 auto_delete: address.auto_delete,
                 exclusive: false,
-                arguments: FieldTable::default(),
+                arguments: Arguments::default(),
             };
             self.queue(channel, &decl).await?;
             self.bind_queue(channel, &address.name, queue).await?;
         }
         for base in bases {
-            self.exchange(channel, &ExchangeDecl::fanout(base, true, false))
+            self.exchange(channel, &Exchange::fanout(base, true, false))
                 .await?;
             self.bind_exchange(channel, &address.name, base).await?;
         }
@@ -333,10 +226,8 @@ impl Topology {
 }
 
 /// The exchange a send to `address` declares, and the `bindexchange=` exchanges bound from it.
-pub(crate) fn destination_exchanges(
-    address: &EndpointAddress,
-) -> (ExchangeDecl, Vec<ExchangeDecl>) {
-    let mut exchange = ExchangeDecl::fanout(&address.name, address.durable, address.auto_delete);
+pub(crate) fn destination_exchanges(address: &EndpointAddress) -> (Exchange, Vec<Exchange>) {
+    let mut exchange = Exchange::fanout(&address.name, address.durable, address.auto_delete);
     exchange.kind.clone_from(&address.exchange_type);
     if let Some(delayed) = &address.delayed_type {
         exchange.arguments.insert(
@@ -356,7 +247,7 @@ pub(crate) fn destination_exchanges(
         .bind_exchanges
         .iter()
         .map(|name| {
-            let mut decl = ExchangeDecl::fanout(name, address.durable, address.auto_delete);
+            let mut decl = Exchange::fanout(name, address.durable, address.auto_delete);
             bound_kind.clone_into(&mut decl.kind);
             decl
         })
@@ -367,6 +258,9 @@ pub(crate) fn destination_exchanges(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::queue::{QueueEndpointExt, QueueOptions, QueueType};
+    use ferrybus_core::{consumer_fn, ConsumeContext, ConsumeError, EndpointConfig};
+    use ferrybus_core::{Message, MessageType};
     use std::time::Duration;
 
     #[test]
@@ -378,12 +272,12 @@ mod tests {
         let (exchange, bound) = destination_exchanges(&address);
         assert_eq!(exchange.kind, "x-delayed-message");
         assert_eq!(
-            exchange.arguments.inner()["x-delayed-type"],
-            AMQPValue::LongString("direct".into())
+            exchange.arguments.get("x-delayed-type"),
+            Some(&AMQPValue::LongString("direct".into()))
         );
         assert_eq!(
-            exchange.arguments.inner()["alternate-exchange"],
-            AMQPValue::LongString("unrouted".into())
+            exchange.arguments.get("alternate-exchange"),
+            Some(&AMQPValue::LongString("unrouted".into()))
         );
         assert_eq!(bound.len(), 1);
         assert_eq!(
@@ -392,13 +286,13 @@ mod tests {
         );
         let plain = EndpointAddress::parse("rabbitmq://localhost/orders").unwrap();
         let (exchange, bound) = destination_exchanges(&plain);
-        assert_eq!(exchange, ExchangeDecl::fanout("orders", true, false));
+        assert_eq!(exchange, Exchange::fanout("orders", true, false));
         assert!(bound.is_empty());
     }
 
     #[test]
     fn masstransit_declare_rules() {
-        let temp = QueueDecl::for_endpoint(
+        let temp = Queue::for_endpoint(
             "bus",
             &QueueOptions::default()
                 .durable(false)
@@ -408,7 +302,7 @@ mod tests {
         let o = temp.declare_options();
         assert!(!o.durable && !o.auto_delete && o.exclusive);
 
-        let quorum = QueueDecl::for_endpoint(
+        let quorum = Queue::for_endpoint(
             "q",
             &QueueOptions::default()
                 .queue_type(QueueType::Quorum)
@@ -418,5 +312,154 @@ mod tests {
         let error = quorum.sibling("q_error".into());
         assert_eq!(error.arguments, quorum.arguments);
         assert!(error.arguments.contains_key("x-queue-type"));
+    }
+
+    /// Each declaration as `when kind name` (bindings `source→destination`).
+    fn described(topology: &EndpointTopology) -> Vec<String> {
+        topology
+            .declarations()
+            .into_iter()
+            .map(|(d, when)| {
+                let when = match when {
+                    DeclaredWhen::Start => "start",
+                    DeclaredWhen::FirstMove => "lazy",
+                };
+                match d {
+                    Declaration::Exchange(e) => format!("{when} exchange {}", e.name()),
+                    Declaration::Queue(q) => format!("{when} queue {}", q.name()),
+                    Declaration::Binding(b) => format!(
+                        "{when} bind {}→{} {}",
+                        b.source(),
+                        b.destination_kind().as_str(),
+                        b.destination()
+                    ),
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_endpoint_declares_what_masstransit_declares_in_order() {
+        let options = QueueOptions::default()
+            .queue_type(QueueType::Quorum)
+            .argument("x-delivery-limit", 20);
+        let topology = EndpointTopology::new("billing-invoice", &options, ["Shop:OrderPlaced"]);
+        assert_eq!(
+            described(&topology),
+            [
+                "start exchange billing-invoice",
+                "start queue billing-invoice",
+                "start bind billing-invoice→queue billing-invoice",
+                "start exchange Shop:OrderPlaced",
+                "start bind Shop:OrderPlaced→exchange billing-invoice",
+                "lazy exchange billing-invoice_error",
+                "lazy queue billing-invoice_error",
+                "lazy bind billing-invoice_error→queue billing-invoice_error",
+                "lazy exchange billing-invoice_skipped",
+                "lazy queue billing-invoice_skipped",
+                "lazy bind billing-invoice_skipped→queue billing-invoice_skipped",
+            ]
+        );
+        let queue = topology.queue();
+        let names: Vec<_> = queue.arguments().iter().map(|(n, _)| n).collect();
+        assert_eq!(names, ["x-queue-type", "x-delivery-limit"]);
+        assert_eq!(
+            queue.arguments().get("x-delivery-limit"),
+            Some(&AMQPValue::LongLongInt(20))
+        );
+        for pair in [topology.error(), topology.skipped()] {
+            assert_eq!(pair.queue().arguments(), queue.arguments());
+            assert_eq!(pair.queue().declare_options(), queue.declare_options());
+            assert_eq!(pair.exchange().kind(), "fanout");
+            assert!(pair.exchange().declare_options().durable);
+        }
+        let (exchange, binding) = topology.message_types().next().unwrap();
+        assert_eq!(exchange, &Exchange::fanout("Shop:OrderPlaced", true, false));
+        assert_eq!(binding.destination_kind(), EntityKind::Exchange);
+    }
+
+    #[test]
+    fn a_temporary_endpoint_passes_its_flags_on_but_not_exclusivity() {
+        let options = QueueOptions::default()
+            .durable(false)
+            .auto_delete(true)
+            .exclusive(true);
+        let topology = EndpointTopology::new("temp", &options, Vec::<String>::new());
+        let exchange = topology.endpoint().exchange().declare_options();
+        assert!(!exchange.durable && exchange.auto_delete);
+        let error = topology.error();
+        assert_eq!(error.queue().name(), "temp_error");
+        let flags = error.queue().declare_options();
+        assert!(!flags.durable && flags.auto_delete);
+        // Not exclusive by configuration, but a non-durable auto-delete queue always is.
+        assert!(flags.exclusive);
+        assert!(!error.queue().exclusive);
+        assert!(error.exchange().declare_options().auto_delete);
+        assert_eq!(topology.on_start().len(), 3);
+    }
+
+    #[test]
+    fn arguments_keep_their_order_and_only_what_amqp_can_carry() {
+        let options = QueueOptions::default()
+            .argument("x-single-active-consumer", true)
+            .argument("x-max-length-bytes", 1.5)
+            .argument("x-queue-mode", "lazy")
+            .argument("x-dropped", serde_json::Value::Null)
+            .argument("x".repeat(300), 1)
+            .argument("x-single-active-consumer", false);
+        let arguments = Arguments::for_queue(&options);
+        let set: Vec<_> = arguments
+            .iter()
+            .map(|(n, v)| (n.to_owned(), v.clone()))
+            .collect();
+        assert_eq!(
+            set,
+            [
+                ("x-max-length-bytes".to_owned(), AMQPValue::Double(1.5)),
+                (
+                    "x-queue-mode".to_owned(),
+                    AMQPValue::LongString("lazy".into())
+                ),
+                (
+                    "x-single-active-consumer".to_owned(),
+                    AMQPValue::Boolean(false)
+                ),
+            ]
+        );
+        let mut replaced = arguments.clone();
+        replaced.insert(
+            "x-queue-mode".into(),
+            AMQPValue::LongString("default".into()),
+        );
+        assert_eq!(replaced.iter().nth(1).map(|(n, _)| n), Some("x-queue-mode"));
+        let table = arguments.to_field_table();
+        assert_eq!(table.inner().len(), 3);
+        assert_eq!(
+            table.inner().get("x-max-length-bytes"),
+            Some(&AMQPValue::Double(1.5))
+        );
+    }
+
+    #[derive(serde::Serialize, serde::Deserialize)]
+    struct Probe {}
+
+    impl Message for Probe {
+        fn message_type() -> MessageType {
+            MessageType::parse("Shop.Contracts:Probe").unwrap()
+        }
+    }
+
+    #[test]
+    fn the_bus_topology_of_an_endpoint_follows_its_configuration() {
+        let endpoint = EndpointConfig::new("audit").quorum().consumer(consumer_fn(
+            "ProbeConsumer",
+            |_: ConsumeContext<Probe>| async { Ok::<_, ConsumeError>(()) },
+        ));
+        let topology = EndpointTopology::for_endpoint(&endpoint);
+        let types: Vec<_> = topology.message_types().map(|(e, _)| e.name()).collect();
+        assert_eq!(types, ["Shop.Contracts:Probe"]);
+        assert!(topology.queue().arguments().contains_key("x-queue-type"));
+        let unbound = EndpointTopology::for_endpoint(&endpoint.bind_message_types(false));
+        assert_eq!(unbound.message_types().count(), 0);
     }
 }
