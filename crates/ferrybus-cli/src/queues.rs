@@ -37,6 +37,10 @@ use comfy_table::{presets, Table};
 
 use crate::output::arrangement;
 use ferrybus_core::address::EndpointAddress;
+use ferrybus_core::endpoint::{
+    error_queue_name, skipped_queue_name, ERROR_QUEUE_SUFFIX, SKIPPED_QUEUE_SUFFIX,
+};
+use ferrybus_rabbitmq::convert::amqp_to_json_lossy;
 use indicatif::{ProgressBar, ProgressStyle};
 use lapin::options::{BasicAckOptions, BasicGetOptions, BasicNackOptions, BasicPublishOptions};
 use lapin::Acker;
@@ -45,7 +49,7 @@ use serde_json::{json, Value};
 
 use crate::amqp::{self, describe, Broker};
 use crate::error::{CliError, CliErrorKind};
-use crate::message::{amqp_to_json, is_fault_header, Filter, QueuedMessage, Summary};
+use crate::message::{is_fault_header, Filter, QueuedMessage, Summary};
 
 /// How many continuation lines of a header (a stack trace) `show` prints.
 const MAX_HEADER_LINES: usize = 12;
@@ -66,18 +70,18 @@ impl QueueKind {
     /// The queue name suffix.
     pub(crate) fn suffix(self) -> &'static str {
         match self {
-            QueueKind::Error => "_error",
-            QueueKind::Skipped => "_skipped",
+            QueueKind::Error => ERROR_QUEUE_SUFFIX,
+            QueueKind::Skipped => SKIPPED_QUEUE_SUFFIX,
         }
     }
 
     /// The queue a user means: `billing-invoice_error` as given, `billing-invoice` with the
     /// suffix added.
     pub(crate) fn resolve(self, name: &str) -> String {
-        if name.ends_with(self.suffix()) {
-            name.to_owned()
-        } else {
-            format!("{name}{}", self.suffix())
+        match self {
+            _ if name.ends_with(self.suffix()) => name.to_owned(),
+            QueueKind::Error => error_queue_name(name),
+            QueueKind::Skipped => skipped_queue_name(name),
         }
     }
 }
@@ -359,7 +363,7 @@ fn show_json(queue: &str, message: &QueuedMessage) -> Value {
         .map(|t| {
             t.inner()
                 .iter()
-                .map(|(k, v)| (k.to_string(), amqp_to_json(v)))
+                .map(|(k, v)| (k.to_string(), amqp_to_json_lossy(v)))
                 .collect()
         })
         .unwrap_or_default();
