@@ -40,6 +40,7 @@ use ferrybus_core::address::EndpointAddress;
 use ferrybus_core::endpoint::{
     error_queue_name, skipped_queue_name, ERROR_QUEUE_SUFFIX, SKIPPED_QUEUE_SUFFIX,
 };
+use ferrybus_core::message::URN_PREFIX;
 use ferrybus_rabbitmq::convert::amqp_to_json_lossy;
 use indicatif::{ProgressBar, ProgressStyle};
 use lapin::options::{BasicAckOptions, BasicGetOptions, BasicNackOptions, BasicPublishOptions};
@@ -237,7 +238,7 @@ fn print_table(out: &mut impl Write, rows: &[Summary]) -> Result<(), CliError> {
             row.message_id.clone().unwrap_or_else(|| "-".into()),
             row.message_type
                 .as_deref()
-                .map(|t| t.strip_prefix("urn:message:").unwrap_or(t).to_owned())
+                .map(|t| t.strip_prefix(URN_PREFIX).unwrap_or(t).to_owned())
                 .unwrap_or_else(|| "-".into()),
             exception,
             row.faulted_at.clone().unwrap_or_else(|| "-".into()),
@@ -275,7 +276,7 @@ fn print_skipped_table(out: &mut impl Write, rows: &[Summary]) -> Result<(), Cli
             row.message_id.clone().unwrap_or_else(dash),
             row.message_type
                 .as_deref()
-                .map(|t| t.strip_prefix("urn:message:").unwrap_or(t).to_owned())
+                .map(|t| t.strip_prefix(URN_PREFIX).unwrap_or(t).to_owned())
                 .unwrap_or_else(dash),
             row.reason.clone().unwrap_or_else(dash),
             row.sent_time.clone().unwrap_or_else(dash),
