@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use ferrybus_core::endpoint::{error_queue_name, skipped_queue_name};
 use ferrybus_core::Message;
 
 use ferrybus_core::outgoing::MessageFactory;
@@ -63,9 +64,13 @@ impl Bench {
         let name = self.name(what);
         // ferrybus declares an endpoint exchange named like the queue, and `_error` / `_skipped`
         // pairs when something fails.
-        for suffix in ["", "_error", "_skipped"] {
-            self.created.queue(&format!("{name}{suffix}"));
-            self.created.exchange(&format!("{name}{suffix}"));
+        for entity in [
+            name.clone(),
+            error_queue_name(&name),
+            skipped_queue_name(&name),
+        ] {
+            self.created.queue(&entity);
+            self.created.exchange(&entity);
         }
         let ch = self.conn.create_channel().await?;
         broker::declare_queue(&ch, &name).await?;

@@ -41,23 +41,23 @@ impl Broker {
         let shown = redact::url(url);
         let settings = HostSettings::parse(url)
             .map_err(|e| CliError::usage(format!("--amqp-url {shown} is not a broker URL: {e}")))?;
-        let uri = lapin_uri(url)
-            .ok_or_else(|| CliError::usage(format!("--amqp-url {shown} is not a broker URL")))?;
         let properties =
             ConnectionProperties::default().with_connection_name("ferrybus-cli".into());
-        let connection =
-            tokio::time::timeout(CONNECT_TIMEOUT, Connection::connect(&uri, properties))
-                .await
-                .map_err(|_| {
-                    CliError::new(
-                        CliErrorKind::Broker,
-                        format!(
-                            "connecting to {shown}: no answer within {}s",
-                            CONNECT_TIMEOUT.as_secs()
-                        ),
-                    )
-                })?
-                .map_err(|e| CliError::broker(format!("connecting to {shown}"), describe(&e)))?;
+        let connection = tokio::time::timeout(
+            CONNECT_TIMEOUT,
+            Connection::connect(settings.connection_uri(), properties),
+        )
+        .await
+        .map_err(|_| {
+            CliError::new(
+                CliErrorKind::Broker,
+                format!(
+                    "connecting to {shown}: no answer within {}s",
+                    CONNECT_TIMEOUT.as_secs()
+                ),
+            )
+        })?
+        .map_err(|e| CliError::broker(format!("connecting to {shown}"), describe(&e)))?;
         Ok(Self {
             connection,
             settings,
@@ -151,33 +151,6 @@ pub(crate) fn short(name: &str) -> Result<lapin::types::ShortString, CliError> {
         .map_err(|_| CliError::usage(format!("{name:.40}…: names are at most 255 bytes")))
 }
 
-/// The URI lapin connects to: `rabbitmq(s)://` spelled `amqp(s)://`, an empty vhost as `/%2f`.
-fn lapin_uri(url: &str) -> Option<String> {
-    let (scheme, rest) = url.split_once("://")?;
-    let scheme = match scheme {
-        "amqp" | "rabbitmq" => "amqp",
-        "amqps" | "rabbitmqs" => "amqps",
-        _ => return None,
-    };
-    let (before_query, query) = match rest.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (rest, None),
-    };
-    let authority_end = before_query.find('/').unwrap_or(before_query.len());
-    let (authority, path) = before_query.split_at(authority_end);
-    let path = if path.is_empty() || path == "/" {
-        "/%2f"
-    } else {
-        path
-    };
-    let mut uri = format!("{scheme}://{authority}{path}");
-    if let Some(query) = query {
-        uri.push('?');
-        uri.push_str(query);
-    }
-    Some(uri)
-}
-
 /// The broker's reply code of a refused operation (404, 406 …).
 pub(crate) fn reply_code(error: &lapin::Error) -> Option<u16> {
     match error.kind() {
@@ -191,23 +164,5 @@ pub(crate) fn describe(error: &lapin::Error) -> String {
     match error.kind() {
         lapin::ErrorKind::ProtocolError(e) => e.get_message().to_string(),
         _ => error.to_string(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn lapin_uris() {
-        assert_eq!(
-            lapin_uri("rabbitmq://guest:guest@localhost").as_deref(),
-            Some("amqp://guest:guest@localhost/%2f")
-        );
-        assert_eq!(
-            lapin_uri("amqps://h:5671/sales?heartbeat=10").as_deref(),
-            Some("amqps://h:5671/sales?heartbeat=10")
-        );
-        assert_eq!(lapin_uri("http://x"), None);
     }
 }

@@ -6,10 +6,11 @@
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 use ferrybus_core::{Envelope, Headers};
-use lapin::types::{AMQPValue, FieldArray, FieldTable};
+use ferrybus_rabbitmq::convert::amqp_to_json_lossy;
+use lapin::types::FieldTable;
 use lapin::BasicProperties;
 use serde::Serialize;
-use serde_json::{Map, Number, Value};
+use serde_json::Value;
 
 /// One message of a queue snapshot.
 #[derive(Debug)]
@@ -308,72 +309,20 @@ pub(crate) fn is_fault_header(name: &str) -> bool {
     lower == "mt-reason" || lower.starts_with("mt-fault-") || lower.starts_with("mt-host-")
 }
 
-/// AMQP headers as JSON values: strings stay strings, integers and timestamps become numbers,
-/// decimals become strings, nested tables and arrays become objects and arrays, byte arrays
-/// become (lossy) UTF-8 text.
+/// AMQP headers as JSON values for people: every header, converted by the transport's rules
+/// ([`amqp_to_json_lossy`]: byte arrays as text, voids `null`).
 pub(crate) fn headers_from_amqp(table: &FieldTable) -> Headers {
     table
         .inner()
         .iter()
-        .map(|(k, v)| (k.to_string(), amqp_to_json(v)))
+        .map(|(k, v)| (k.to_string(), amqp_to_json_lossy(v)))
         .collect()
-}
-
-/// One AMQP value as JSON.
-pub(crate) fn amqp_to_json(value: &AMQPValue) -> Value {
-    let int = |i: i64| Value::Number(i.into());
-    match value {
-        AMQPValue::Boolean(b) => Value::Bool(*b),
-        AMQPValue::ShortShortInt(i) => int((*i).into()),
-        AMQPValue::ShortShortUInt(i) => int((*i).into()),
-        AMQPValue::ShortInt(i) => int((*i).into()),
-        AMQPValue::ShortUInt(i) => int((*i).into()),
-        AMQPValue::LongInt(i) => int((*i).into()),
-        AMQPValue::LongUInt(i) => int((*i).into()),
-        AMQPValue::LongLongInt(i) => int(*i),
-        AMQPValue::Timestamp(t) => Value::Number((*t).into()),
-        AMQPValue::Float(f) => Number::from_f64(f64::from(*f)).map_or(Value::Null, Value::Number),
-        AMQPValue::Double(f) => Number::from_f64(*f).map_or(Value::Null, Value::Number),
-        AMQPValue::DecimalValue(d) => Value::String(decimal_text(d.value, d.scale)),
-        AMQPValue::ShortString(s) => Value::String(s.to_string()),
-        AMQPValue::LongString(s) => {
-            Value::String(String::from_utf8_lossy(s.as_bytes()).into_owned())
-        }
-        AMQPValue::FieldArray(a) => array_to_json(a),
-        AMQPValue::FieldTable(t) => {
-            let map: Map<String, Value> = t
-                .inner()
-                .iter()
-                .map(|(k, v)| (k.to_string(), amqp_to_json(v)))
-                .collect();
-            Value::Object(map)
-        }
-        AMQPValue::ByteArray(b) => {
-            Value::String(String::from_utf8_lossy(b.as_slice()).into_owned())
-        }
-        AMQPValue::Void => Value::Null,
-    }
-}
-
-fn array_to_json(array: &FieldArray) -> Value {
-    Value::Array(array.as_slice().iter().map(amqp_to_json).collect())
-}
-
-fn decimal_text(value: u32, scale: u8) -> String {
-    let digits = value.to_string();
-    let scale = usize::from(scale);
-    if scale == 0 {
-        return digits;
-    }
-    let padded = format!("{digits:0>width$}", width = scale + 1);
-    let (int, frac) = padded.split_at(padded.len() - scale);
-    format!("{int}.{frac}")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lapin::types::LongString;
+    use lapin::types::{AMQPValue, LongString};
 
     fn message(headers: &[(&str, AMQPValue)], body: &str) -> QueuedMessage {
         let mut table = FieldTable::default();

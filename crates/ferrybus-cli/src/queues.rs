@@ -37,6 +37,11 @@ use comfy_table::{presets, Table};
 
 use crate::output::arrangement;
 use ferrybus_core::address::EndpointAddress;
+use ferrybus_core::endpoint::{
+    error_queue_name, skipped_queue_name, ERROR_QUEUE_SUFFIX, SKIPPED_QUEUE_SUFFIX,
+};
+use ferrybus_core::message::URN_PREFIX;
+use ferrybus_rabbitmq::convert::amqp_to_json_lossy;
 use indicatif::{ProgressBar, ProgressStyle};
 use lapin::options::{BasicAckOptions, BasicGetOptions, BasicNackOptions, BasicPublishOptions};
 use lapin::Acker;
@@ -45,7 +50,7 @@ use serde_json::{json, Value};
 
 use crate::amqp::{self, describe, Broker};
 use crate::error::{CliError, CliErrorKind};
-use crate::message::{amqp_to_json, is_fault_header, Filter, QueuedMessage, Summary};
+use crate::message::{is_fault_header, Filter, QueuedMessage, Summary};
 
 /// How many continuation lines of a header (a stack trace) `show` prints.
 const MAX_HEADER_LINES: usize = 12;
@@ -66,18 +71,18 @@ impl QueueKind {
     /// The queue name suffix.
     pub(crate) fn suffix(self) -> &'static str {
         match self {
-            QueueKind::Error => "_error",
-            QueueKind::Skipped => "_skipped",
+            QueueKind::Error => ERROR_QUEUE_SUFFIX,
+            QueueKind::Skipped => SKIPPED_QUEUE_SUFFIX,
         }
     }
 
     /// The queue a user means: `billing-invoice_error` as given, `billing-invoice` with the
     /// suffix added.
     pub(crate) fn resolve(self, name: &str) -> String {
-        if name.ends_with(self.suffix()) {
-            name.to_owned()
-        } else {
-            format!("{name}{}", self.suffix())
+        match self {
+            _ if name.ends_with(self.suffix()) => name.to_owned(),
+            QueueKind::Error => error_queue_name(name),
+            QueueKind::Skipped => skipped_queue_name(name),
         }
     }
 }
@@ -233,7 +238,7 @@ fn print_table(out: &mut impl Write, rows: &[Summary]) -> Result<(), CliError> {
             row.message_id.clone().unwrap_or_else(|| "-".into()),
             row.message_type
                 .as_deref()
-                .map(|t| t.strip_prefix("urn:message:").unwrap_or(t).to_owned())
+                .map(|t| t.strip_prefix(URN_PREFIX).unwrap_or(t).to_owned())
                 .unwrap_or_else(|| "-".into()),
             exception,
             row.faulted_at.clone().unwrap_or_else(|| "-".into()),
@@ -271,7 +276,7 @@ fn print_skipped_table(out: &mut impl Write, rows: &[Summary]) -> Result<(), Cli
             row.message_id.clone().unwrap_or_else(dash),
             row.message_type
                 .as_deref()
-                .map(|t| t.strip_prefix("urn:message:").unwrap_or(t).to_owned())
+                .map(|t| t.strip_prefix(URN_PREFIX).unwrap_or(t).to_owned())
                 .unwrap_or_else(dash),
             row.reason.clone().unwrap_or_else(dash),
             row.sent_time.clone().unwrap_or_else(dash),
@@ -359,7 +364,7 @@ fn show_json(queue: &str, message: &QueuedMessage) -> Value {
         .map(|t| {
             t.inner()
                 .iter()
-                .map(|(k, v)| (k.to_string(), amqp_to_json(v)))
+                .map(|(k, v)| (k.to_string(), amqp_to_json_lossy(v)))
                 .collect()
         })
         .unwrap_or_default();

@@ -1,12 +1,11 @@
 //! `ferrybus topology <endpoint>`: what ferrybus declares for a receive endpoint beside what the
 //! broker has, and the differences.
 //!
-//! The expected side follows `docs/endpoints-topology-errors.md` (MassTransit's
-//! `BrokerTopologyBuilder` rules, masstransit-wire §4): a fanout exchange `Q` with the queue's
-//! durability bound to the queue `Q` (durable, not exclusive, not auto-delete by default, the
-//! endpoint's arguments; `x-queue-type=quorum` for quorum endpoints, always durable), one durable
-//! fanout exchange per consumed message type bound to exchange `Q`, and the lazily declared
-//! `Q_error` / `Q_skipped` pairs that copy the queue's flags and arguments.
+//! The expected side is the transport's own description of the endpoint,
+//! [`EndpointTopology`], built from the endpoint as given on the command line (name, consumed
+//! types, `--quorum`, queue arguments): the entities and bindings the bus declares when the
+//! endpoint starts, and the `Q_error` / `Q_skipped` pairs it declares on the first move there,
+//! with the flags and arguments it sends. Nothing about the topology is derived here.
 //!
 //! The broker side comes from the management API when it answers (exact flags, arguments,
 //! bindings); otherwise from AMQP: a passive declare says whether each entity exists (and a
@@ -19,9 +18,13 @@ use std::io::Write;
 use comfy_table::{presets, Table};
 
 use crate::output::arrangement;
-use lapin::options::{ExchangeDeclareOptions, QueueDeclareOptions};
-use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
-use lapin::ExchangeKind;
+use ferrybus_rabbitmq::convert::amqp_to_json;
+use ferrybus_rabbitmq::topology::{
+    Arguments, Declaration, DeclaredWhen, EndpointTopology, EntityKind, Exchange, Queue,
+};
+use ferrybus_rabbitmq::{QueueOptions, QueueType};
+use lapin::options::ExchangeDeclareOptions;
+use lapin::types::FieldTable;
 use serde::Serialize;
 use serde_json::{json, Map, Value};
 
@@ -42,7 +45,22 @@ pub(crate) struct EndpointSpec {
     pub(crate) arguments: Vec<(String, Value)>,
 }
 
-/// An exchange or queue ferrybus declares.
+impl EndpointSpec {
+    /// What the transport declares for the endpoint so configured.
+    pub(crate) fn topology(&self) -> EndpointTopology {
+        let mut options = QueueOptions::default();
+        if self.quorum {
+            options = options.queue_type(QueueType::Quorum);
+        }
+        for (name, value) in &self.arguments {
+            options = options.argument(name.clone(), value.clone());
+        }
+        EndpointTopology::new(&self.name, &options, &self.consumes)
+    }
+}
+
+/// An exchange or queue as the tool compares it: what ferrybus declares, or what the management
+/// API reports.
 #[derive(Clone, Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Declared {
@@ -52,7 +70,7 @@ pub(crate) struct Declared {
     pub(crate) name: String,
     /// The exchange type (exchanges only).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) exchange_type: Option<&'static str>,
+    pub(crate) exchange_type: Option<String>,
     /// Durable.
     pub(crate) durable: bool,
     /// Auto-delete.
@@ -63,6 +81,58 @@ pub(crate) struct Declared {
     pub(crate) arguments: Map<String, Value>,
     /// Declared only on first use (`_error`, `_skipped`).
     pub(crate) lazy: bool,
+}
+
+impl Declared {
+    fn exchange(exchange: &Exchange, lazy: bool) -> Self {
+        let flags = exchange.declare_options();
+        Self {
+            kind: EntityKind::Exchange.as_str(),
+            name: exchange.name().to_owned(),
+            exchange_type: Some(exchange.kind().to_owned()),
+            durable: flags.durable,
+            auto_delete: flags.auto_delete,
+            exclusive: false,
+            arguments: arguments_json(exchange.arguments()),
+            lazy,
+        }
+    }
+
+    fn queue(queue: &Queue, lazy: bool) -> Self {
+        let flags = queue.declare_options();
+        Self {
+            kind: EntityKind::Queue.as_str(),
+            name: queue.name().to_owned(),
+            exchange_type: None,
+            durable: flags.durable,
+            auto_delete: flags.auto_delete,
+            exclusive: flags.exclusive,
+            arguments: arguments_json(queue.arguments()),
+            lazy,
+        }
+    }
+}
+
+/// Declaration arguments as JSON, in the order the transport sets them.
+fn arguments_json(arguments: &Arguments) -> Map<String, Value> {
+    arguments
+        .iter()
+        .filter_map(|(name, value)| amqp_to_json(value).map(|v| (name.to_owned(), v)))
+        .collect()
+}
+
+/// An entity ferrybus declares: the transport's declaration and the tool's view of it.
+pub(crate) struct Expected<'a> {
+    /// The view compared and printed.
+    pub(crate) view: Declared,
+    /// What the transport declares (for the equivalence declare over AMQP).
+    entity: Entity<'a>,
+}
+
+/// The transport's declaration of an exchange or a queue.
+enum Entity<'a> {
+    Exchange(&'a Exchange),
+    Queue(&'a Queue),
 }
 
 /// A binding ferrybus declares (routing key `""`).
@@ -79,55 +149,29 @@ pub(crate) struct Binding {
     pub(crate) lazy: bool,
 }
 
-/// What ferrybus declares for `spec`.
-pub(crate) fn expected(spec: &EndpointSpec) -> (Vec<Declared>, Vec<Binding>) {
-    let mut arguments = Map::new();
-    if spec.quorum {
-        arguments.insert("x-queue-type".into(), Value::from("quorum"));
-    }
-    for (k, v) in &spec.arguments {
-        arguments.insert(k.clone(), v.clone());
-    }
-    let durable = true;
-    let auto_delete = false;
-    let exchange = |name: &str, lazy| Declared {
-        kind: "exchange",
-        name: name.to_owned(),
-        exchange_type: Some("fanout"),
-        durable,
-        auto_delete,
-        exclusive: false,
-        arguments: Map::new(),
-        lazy,
-    };
-    let queue = |name: &str, lazy| Declared {
-        kind: "queue",
-        name: name.to_owned(),
-        exchange_type: None,
-        durable,
-        auto_delete,
-        exclusive: false,
-        arguments: arguments.clone(),
-        lazy,
-    };
-    let bind = |source: &str, destination: &str, destination_type, lazy| Binding {
-        source: source.to_owned(),
-        destination: destination.to_owned(),
-        destination_type,
-        lazy,
-    };
-    let q = spec.name.as_str();
-    let mut entities = vec![exchange(q, false), queue(q, false)];
-    let mut bindings = vec![bind(q, q, "queue", false)];
-    for t in &spec.consumes {
-        entities.push(exchange(t, false));
-        bindings.push(bind(t, q, "exchange", false));
-    }
-    for suffix in ["_error", "_skipped"] {
-        let name = format!("{q}{suffix}");
-        entities.push(exchange(&name, true));
-        entities.push(queue(&name, true));
-        bindings.push(bind(&name, &name, "queue", true));
+/// What ferrybus declares for the endpoint: the transport's entities and bindings, in the order
+/// it declares them.
+pub(crate) fn expected(topology: &EndpointTopology) -> (Vec<Expected<'_>>, Vec<Binding>) {
+    let mut entities = Vec::new();
+    let mut bindings = Vec::new();
+    for (declaration, when) in topology.declarations() {
+        let lazy = when == DeclaredWhen::FirstMove;
+        match declaration {
+            Declaration::Exchange(e) => entities.push(Expected {
+                view: Declared::exchange(e, lazy),
+                entity: Entity::Exchange(e),
+            }),
+            Declaration::Queue(q) => entities.push(Expected {
+                view: Declared::queue(q, lazy),
+                entity: Entity::Queue(q),
+            }),
+            Declaration::Binding(b) => bindings.push(Binding {
+                source: b.source().to_owned(),
+                destination: b.destination().to_owned(),
+                destination_type: b.destination_kind().as_str(),
+                lazy,
+            }),
+        }
     }
     (entities, bindings)
 }
@@ -156,7 +200,7 @@ impl Row {
 
 fn describe_declared(d: &Declared) -> String {
     let mut parts = Vec::new();
-    if let Some(t) = d.exchange_type {
+    if let Some(t) = &d.exchange_type {
         parts.push(t.to_owned());
     }
     parts.push(if d.durable { "durable" } else { "transient" }.to_owned());
@@ -179,25 +223,6 @@ fn plain(v: &Value) -> String {
     }
 }
 
-fn field_table(arguments: &Map<String, Value>) -> FieldTable {
-    let mut table = FieldTable::default();
-    for (k, v) in arguments {
-        let value = match v {
-            Value::Bool(b) => AMQPValue::Boolean(*b),
-            Value::Number(n) => match n.as_i64() {
-                Some(i) => AMQPValue::LongLongInt(i),
-                None => AMQPValue::Double(n.as_f64().unwrap_or_default()),
-            },
-            Value::String(s) => AMQPValue::LongString(LongString::from(s.as_str())),
-            _ => continue,
-        };
-        if let Ok(key) = ShortString::try_new(k.as_str()) {
-            table.insert(key, value);
-        }
-    }
-    table
-}
-
 /// What the broker says about an entity over AMQP.
 enum AmqpFinding {
     Missing,
@@ -205,8 +230,8 @@ enum AmqpFinding {
     Differs(String),
 }
 
-async fn amqp_exchange(broker: &Broker, d: &Declared) -> Result<AmqpFinding, CliError> {
-    let name = amqp::short(&d.name)?;
+async fn amqp_exchange(broker: &Broker, d: &Exchange) -> Result<AmqpFinding, CliError> {
+    let name = amqp::short(d.name())?;
     let passive = ExchangeDeclareOptions {
         passive: true,
         ..ExchangeDeclareOptions::default()
@@ -215,7 +240,7 @@ async fn amqp_exchange(broker: &Broker, d: &Declared) -> Result<AmqpFinding, Cli
     match channel
         .exchange_declare(
             name.clone(),
-            ExchangeKind::Fanout,
+            d.exchange_kind(),
             passive,
             FieldTable::default(),
         )
@@ -225,23 +250,18 @@ async fn amqp_exchange(broker: &Broker, d: &Declared) -> Result<AmqpFinding, Cli
         Err(e) if reply_code(&e) == Some(NOT_FOUND) => return Ok(AmqpFinding::Missing),
         Err(e) => {
             return Err(CliError::broker(
-                format!("looking up exchange {}", d.name),
+                format!("looking up exchange {}", d.name()),
                 describe(&e),
             ))
         }
     }
     let channel = broker.channel().await?;
-    let options = ExchangeDeclareOptions {
-        durable: d.durable,
-        auto_delete: d.auto_delete,
-        ..ExchangeDeclareOptions::default()
-    };
     match channel
         .exchange_declare(
             name,
-            ExchangeKind::Fanout,
-            options,
-            field_table(&d.arguments),
+            d.exchange_kind(),
+            d.declare_options(),
+            d.arguments().to_field_table(),
         )
         .await
     {
@@ -253,14 +273,14 @@ async fn amqp_exchange(broker: &Broker, d: &Declared) -> Result<AmqpFinding, Cli
             Ok(AmqpFinding::Differs(describe(&e)))
         }
         Err(e) => Err(CliError::broker(
-            format!("comparing exchange {}", d.name),
+            format!("comparing exchange {}", d.name()),
             describe(&e),
         )),
     }
 }
 
-async fn amqp_queue(broker: &Broker, d: &Declared) -> Result<AmqpFinding, CliError> {
-    let Some(counts) = broker.queue_counts(&d.name).await? else {
+async fn amqp_queue(broker: &Broker, d: &Queue) -> Result<AmqpFinding, CliError> {
+    let Some(counts) = broker.queue_counts(d.name()).await? else {
         return Ok(AmqpFinding::Missing);
     };
     let counts = format!(
@@ -268,14 +288,12 @@ async fn amqp_queue(broker: &Broker, d: &Declared) -> Result<AmqpFinding, CliErr
         counts.messages, counts.consumers
     );
     let channel = broker.channel().await?;
-    let options = QueueDeclareOptions {
-        durable: d.durable,
-        auto_delete: d.auto_delete,
-        exclusive: d.exclusive,
-        ..QueueDeclareOptions::default()
-    };
     match channel
-        .queue_declare(amqp::short(&d.name)?, options, field_table(&d.arguments))
+        .queue_declare(
+            amqp::short(d.name())?,
+            d.declare_options(),
+            d.arguments().to_field_table(),
+        )
         .await
     {
         Ok(_) => {
@@ -288,7 +306,7 @@ async fn amqp_queue(broker: &Broker, d: &Declared) -> Result<AmqpFinding, CliErr
             Ok(AmqpFinding::Differs(format!("{}; {counts}", describe(&e))))
         }
         Err(e) => Err(CliError::broker(
-            format!("comparing queue {}", d.name),
+            format!("comparing queue {}", d.name()),
             describe(&e),
         )),
     }
@@ -316,13 +334,16 @@ fn management_entity(value: &Value, kind: &str) -> Declared {
         exchange_type: if kind == "queue" {
             None
         } else {
-            Some(match value.get("type").and_then(Value::as_str) {
-                Some("fanout") => "fanout",
-                Some("direct") => "direct",
-                Some("topic") => "topic",
-                Some("headers") => "headers",
-                _ => "other",
-            })
+            Some(
+                match value.get("type").and_then(Value::as_str) {
+                    Some("fanout") => "fanout",
+                    Some("direct") => "direct",
+                    Some("topic") => "topic",
+                    Some("headers") => "headers",
+                    _ => "other",
+                }
+                .to_owned(),
+            )
         },
         durable: b("durable"),
         auto_delete: b("auto_delete"),
@@ -367,7 +388,8 @@ pub(crate) async fn compare(
     management_url: Option<&str>,
     spec: &EndpointSpec,
 ) -> Result<Comparison, CliError> {
-    let (entities, bindings) = expected(spec);
+    let topology = spec.topology();
+    let (entities, bindings) = expected(&topology);
     let management = Management::new(amqp_url, management_url)
         .and_then(|m| tokio::task::block_in_place(|| m.probe()).map(|()| m));
     let vhost = broker.vhost().to_owned();
@@ -375,17 +397,16 @@ pub(crate) async fn compare(
     let (source, unavailable) = match management {
         Ok(m) => {
             tokio::task::block_in_place(|| {
-                compare_with_management(&m, &vhost, &entities, &bindings, &mut rows)
+                compare_with_management(&m, &vhost, &topology, &entities, &bindings, &mut rows)
             })
             .map_err(|u| CliError::broker(format!("the management API at {}", u.url), u.reason))?;
             (format!("management API at {}", m.url()), None)
         }
         Err(Unavailable { url, reason }) => {
-            for d in &entities {
-                let finding = if d.kind == "queue" {
-                    amqp_queue(broker, d).await?
-                } else {
-                    amqp_exchange(broker, d).await?
+            for Expected { view: d, entity } in &entities {
+                let finding = match entity {
+                    Entity::Queue(q) => amqp_queue(broker, q).await?,
+                    Entity::Exchange(e) => amqp_exchange(broker, e).await?,
                 };
                 let (actual, status) = match finding {
                     AmqpFinding::Missing if d.lazy => ("absent".to_owned(), "not declared yet"),
@@ -439,13 +460,14 @@ pub(crate) async fn compare(
 fn compare_with_management(
     m: &Management,
     vhost: &str,
-    entities: &[Declared],
+    topology: &EndpointTopology,
+    entities: &[Expected<'_>],
     bindings: &[Binding],
     rows: &mut Vec<Row>,
 ) -> Result<(), Unavailable> {
     let v = segment(vhost);
     let mut present = std::collections::HashSet::new();
-    for d in entities {
+    for Expected { view: d, .. } in entities {
         let path = match d.kind {
             "queue" => format!("queues/{v}/{}", segment(&d.name)),
             _ => format!("exchanges/{v}/{}", segment(&d.name)),
@@ -480,17 +502,18 @@ fn compare_with_management(
     // every binding into the endpoint exchange.
     let mut seen = Vec::new();
     let mut actual_bindings: Vec<(String, String, String)> = Vec::new();
-    let endpoint = &entities[0].name;
+    let exchange = |pair: &ferrybus_rabbitmq::topology::BoundQueue| segment(pair.exchange().name());
+    let endpoint = exchange(topology.endpoint());
     for path in [
-        format!("exchanges/{v}/{}/bindings/destination", segment(endpoint)),
-        format!("exchanges/{v}/{}/bindings/source", segment(endpoint)),
+        format!("exchanges/{v}/{endpoint}/bindings/destination"),
+        format!("exchanges/{v}/{endpoint}/bindings/source"),
         format!(
             "exchanges/{v}/{}/bindings/source",
-            segment(&format!("{endpoint}_error"))
+            exchange(topology.error())
         ),
         format!(
             "exchanges/{v}/{}/bindings/source",
-            segment(&format!("{endpoint}_skipped"))
+            exchange(topology.skipped())
         ),
     ] {
         if let Some(Value::Array(list)) = m.get(&path)? {
@@ -592,17 +615,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn expected_topology_follows_the_documented_rules() {
+    fn the_expected_side_is_what_the_transport_declares() {
         let spec = EndpointSpec {
             name: "billing-invoice".into(),
             consumes: vec!["Bookstore.Contracts:OrderPlaced".into()],
             quorum: true,
             arguments: vec![("x-delivery-limit".into(), Value::from(20))],
         };
-        let (entities, bindings) = expected(&spec);
+        let topology = spec.topology();
+        let (entities, bindings) = expected(&topology);
         let names: Vec<_> = entities
             .iter()
-            .map(|d| format!("{} {}", d.kind, d.name))
+            .map(|e| format!("{} {}", e.view.kind, e.view.name))
             .collect();
         assert_eq!(
             names,
@@ -616,17 +640,18 @@ mod tests {
                 "queue billing-invoice_skipped",
             ]
         );
-        let queue = &entities[1];
+        let queue = &entities[1].view;
         assert!(queue.durable && !queue.auto_delete && !queue.exclusive);
         assert_eq!(
             describe_declared(queue),
             "durable, x-queue-type=quorum, x-delivery-limit=20"
         );
+        assert_eq!(describe_declared(&entities[0].view), "fanout, durable");
         assert_eq!(
-            entities[4].arguments, queue.arguments,
+            entities[4].view.arguments, queue.arguments,
             "the error queue copies the arguments"
         );
-        assert!(entities[4].lazy);
+        assert!(entities[4].view.lazy && !entities[2].view.lazy);
         let b: Vec<_> = bindings
             .iter()
             .map(|b| format!("{}→{}:{}", b.source, b.destination_type, b.destination))
@@ -640,6 +665,7 @@ mod tests {
                 "billing-invoice_skipped→queue:billing-invoice_skipped",
             ]
         );
+        assert!(bindings[2].lazy && !bindings[1].lazy);
     }
 
     #[test]
@@ -649,15 +675,22 @@ mod tests {
                     "arguments": {"x-queue-type": "classic"}, "messages": 3}),
             "queue",
         );
-        let (entities, _) = expected(&EndpointSpec {
+        let topology = EndpointSpec {
             name: "q".into(),
             ..EndpointSpec::default()
-        });
-        assert!(same(&entities[1], &q));
+        }
+        .topology();
+        let (entities, _) = expected(&topology);
+        assert!(same(&entities[1].view, &q));
         let e = management_entity(
             &json!({"name": "q", "type": "direct", "durable": true}),
             "exchange",
         );
-        assert!(!same(&entities[0], &e));
+        assert!(!same(&entities[0].view, &e));
+        let fanout = management_entity(
+            &json!({"name": "q", "type": "fanout", "durable": true}),
+            "exchange",
+        );
+        assert!(same(&entities[0].view, &fanout));
     }
 }

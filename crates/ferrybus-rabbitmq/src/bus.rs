@@ -28,7 +28,7 @@ use crate::publish::Publisher;
 use crate::queue::QueueEndpointExt;
 use crate::request::ResponseEndpoint;
 use crate::settings::HostSettings;
-use crate::topology::QueueDecl;
+use crate::topology::EndpointTopology;
 
 pub use builder::RabbitMqBusBuilder;
 
@@ -237,15 +237,6 @@ impl RabbitMqBus {
 
     fn runner(&self, endpoint: &EndpointConfig) -> EndpointRunner {
         let inner = &self.inner;
-        let message_types = if endpoint.binds_message_types() {
-            endpoint
-                .message_types()
-                .iter()
-                .map(|t| t.entity_name().to_owned())
-                .collect()
-        } else {
-            Vec::new()
-        };
         let pipeline_cancel = CancellationToken::new();
         let queue = endpoint.queue_options();
         let mut context = inner.config.endpoint_context(
@@ -265,8 +256,7 @@ impl RabbitMqBus {
         self.controls()
             .push((endpoint.name().to_owned(), service.control().clone()));
         EndpointRunner {
-            queue: QueueDecl::for_endpoint(endpoint.name(), &queue),
-            message_types,
+            topology: EndpointTopology::for_endpoint(endpoint),
             prefetch: endpoint.prefetch_count(),
             concurrency: endpoint.concurrency_limit(),
             service,

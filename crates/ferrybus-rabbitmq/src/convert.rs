@@ -1,10 +1,11 @@
 //! Conversions between core types and AMQP: headers (masstransit-wire §3.3), basic properties,
-//! and inbound deliveries.
+//! and inbound deliveries. The public ones are for tools that read the broker directly (the
+//! `ferrybus` operator tool): they see headers and properties as the transport does.
 
 use bytes::Bytes;
 use ferrybus_core::integration::OutgoingMessage;
 use ferrybus_core::{Delivery, Headers};
-use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::BasicProperties;
 use serde_json::{Map, Number, Value};
 
@@ -66,10 +67,24 @@ fn remove_key(table: &mut FieldTable, name: &str) {
     }
 }
 
-/// AMQP headers as core [`Headers`]: strings stay strings, integers and timestamps become
-/// numbers, booleans stay booleans, nested tables and arrays become JSON objects and arrays,
-/// byte arrays and voids are skipped.
-pub(crate) fn headers_from_amqp(table: &FieldTable) -> Headers {
+/// AMQP headers as core [`Headers`], as a consumer sees them: strings stay strings, integers
+/// and timestamps become numbers, booleans stay booleans, decimals become strings, nested tables
+/// and arrays become JSON objects and arrays; byte arrays, voids and non-finite floats are
+/// skipped (see [`amqp_to_json`]).
+///
+/// ```
+/// use lapin::types::{AMQPValue, FieldTable};
+/// use ferrybus_rabbitmq::convert::headers_from_amqp;
+/// let mut table = FieldTable::default();
+/// table.insert("MT-Fault-RetryCount".into(), AMQPValue::LongLongInt(2));
+/// table.insert("Tenant".into(), AMQPValue::LongString("acme".into()));
+/// table.insert("Raw".into(), AMQPValue::ByteArray(vec![0xff].into()));
+/// let headers = headers_from_amqp(&table);
+/// assert_eq!(headers.get_i64("mt-fault-retrycount"), Some(2));
+/// assert_eq!(headers.get_str("Tenant"), Some("acme"));
+/// assert!(!headers.contains("Raw"));
+/// ```
+pub fn headers_from_amqp(table: &FieldTable) -> Headers {
     table
         .inner()
         .iter()
@@ -77,8 +92,56 @@ pub(crate) fn headers_from_amqp(table: &FieldTable) -> Headers {
         .collect()
 }
 
-fn amqp_to_json(value: &AMQPValue) -> Option<Value> {
+/// One AMQP value as JSON, as a consumer sees it ([`headers_from_amqp`]): `None` for the values
+/// JSON cannot hold (byte arrays, voids, NaN and infinite floats), which are also left out of
+/// nested arrays and tables. Long strings are read as UTF-8, invalid bytes replaced.
+///
+/// ```
+/// use lapin::types::{AMQPValue, DecimalValue};
+/// use ferrybus_rabbitmq::convert::amqp_to_json;
+/// use serde_json::json;
+/// assert_eq!(amqp_to_json(&AMQPValue::Timestamp(1_700_000_000)), Some(json!(1_700_000_000)));
+/// let price = AMQPValue::DecimalValue(DecimalValue { scale: 2, value: 6699 });
+/// assert_eq!(amqp_to_json(&price), Some(json!("66.99")));
+/// assert_eq!(amqp_to_json(&AMQPValue::Void), None);
+/// ```
+pub fn amqp_to_json(value: &AMQPValue) -> Option<Value> {
+    to_json(value, Unrepresentable::Skip)
+}
+
+/// One AMQP value as JSON for people (the operator tool's `show`): like [`amqp_to_json`], except
+/// that nothing is left out: byte arrays become text (UTF-8, invalid bytes replaced), voids and
+/// non-finite floats `null`.
+///
+/// ```
+/// use lapin::types::AMQPValue;
+/// use ferrybus_rabbitmq::convert::amqp_to_json_lossy;
+/// use serde_json::{json, Value};
+/// assert_eq!(amqp_to_json_lossy(&AMQPValue::ByteArray(b"raw".to_vec().into())), json!("raw"));
+/// assert_eq!(amqp_to_json_lossy(&AMQPValue::Void), Value::Null);
+/// assert_eq!(amqp_to_json_lossy(&AMQPValue::LongInt(-4)), json!(-4));
+/// ```
+pub fn amqp_to_json_lossy(value: &AMQPValue) -> Value {
+    to_json(value, Unrepresentable::Show).unwrap_or_default()
+}
+
+/// What [`to_json`] does with a value JSON cannot hold.
+#[derive(Clone, Copy)]
+enum Unrepresentable {
+    /// Leave it out.
+    Skip,
+    /// Byte arrays as lossy text, the rest `null`.
+    Show,
+}
+
+fn to_json(value: &AMQPValue, unrepresentable: Unrepresentable) -> Option<Value> {
     let int = |i: i64| Some(Value::Number(i.into()));
+    let shown = |value: Value| match unrepresentable {
+        Unrepresentable::Skip => None,
+        Unrepresentable::Show => Some(value),
+    };
+    let float =
+        |f: f64| Number::from_f64(f).map_or_else(|| shown(Value::Null), |n| Some(Value::Number(n)));
     match value {
         AMQPValue::Boolean(b) => Some(Value::Bool(*b)),
         AMQPValue::ShortShortInt(i) => int((*i).into()),
@@ -89,28 +152,28 @@ fn amqp_to_json(value: &AMQPValue) -> Option<Value> {
         AMQPValue::LongUInt(i) => int((*i).into()),
         AMQPValue::LongLongInt(i) => int(*i),
         AMQPValue::Timestamp(t) => Some(Value::Number((*t).into())),
-        AMQPValue::Float(f) => Number::from_f64(f64::from(*f)).map(Value::Number),
-        AMQPValue::Double(f) => Number::from_f64(*f).map(Value::Number),
+        AMQPValue::Float(f) => float(f64::from(*f)),
+        AMQPValue::Double(f) => float(*f),
         AMQPValue::DecimalValue(d) => Some(Value::String(decimal_text(d.value, d.scale))),
         AMQPValue::ShortString(s) => Some(Value::String(s.to_string())),
         AMQPValue::LongString(s) => Some(Value::String(s.to_string())),
-        AMQPValue::FieldArray(a) => Some(array_to_json(a)),
-        AMQPValue::FieldTable(t) => Some(table_to_json(t)),
-        AMQPValue::ByteArray(_) | AMQPValue::Void => None,
+        AMQPValue::FieldArray(a) => Some(Value::Array(
+            a.as_slice()
+                .iter()
+                .filter_map(|v| to_json(v, unrepresentable))
+                .collect(),
+        )),
+        AMQPValue::FieldTable(t) => Some(Value::Object(
+            t.inner()
+                .iter()
+                .filter_map(|(k, v)| to_json(v, unrepresentable).map(|v| (k.to_string(), v)))
+                .collect::<Map<String, Value>>(),
+        )),
+        AMQPValue::ByteArray(b) => shown(Value::String(
+            String::from_utf8_lossy(b.as_slice()).into_owned(),
+        )),
+        AMQPValue::Void => shown(Value::Null),
     }
-}
-
-fn array_to_json(array: &FieldArray) -> Value {
-    Value::Array(array.as_slice().iter().filter_map(amqp_to_json).collect())
-}
-
-fn table_to_json(table: &FieldTable) -> Value {
-    let map: Map<String, Value> = table
-        .inner()
-        .iter()
-        .filter_map(|(k, v)| amqp_to_json(v).map(|v| (k.to_string(), v)))
-        .collect();
-    Value::Object(map)
 }
 
 fn decimal_text(value: u32, scale: u8) -> String {
@@ -346,6 +409,33 @@ mod tests {
         assert_eq!(h.get_str("short"), Some("x"));
         assert_eq!(h.get_str("d"), Some("66.99"));
         assert!(!h.contains("bytes"));
+    }
+
+    #[test]
+    fn values_json_cannot_hold_are_skipped_for_consumers_and_shown_for_people() {
+        use lapin::types::FieldArray;
+        let mut nested = FieldTable::default();
+        nested.insert("count".into(), AMQPValue::LongLongInt(1));
+        nested.insert("raw".into(), AMQPValue::ByteArray(b"ab".to_vec().into()));
+        let array = AMQPValue::FieldArray(FieldArray::from(vec![
+            AMQPValue::LongString("q".into()),
+            AMQPValue::Void,
+            AMQPValue::Double(f64::NAN),
+            AMQPValue::FieldTable(nested),
+        ]));
+        assert_eq!(amqp_to_json(&array), Some(json!(["q", {"count": 1}])));
+        assert_eq!(
+            amqp_to_json_lossy(&array),
+            json!(["q", null, null, {"count": 1, "raw": "ab"}])
+        );
+        assert_eq!(amqp_to_json(&AMQPValue::Float(f32::INFINITY)), None);
+        assert_eq!(
+            amqp_to_json_lossy(&AMQPValue::ByteArray(vec![0x66, 0xff].into())),
+            json!("f\u{fffd}")
+        );
+        let invalid = AMQPValue::LongString(LongString::from(vec![0x61, 0xff]));
+        assert_eq!(amqp_to_json(&invalid), Some(json!("a\u{fffd}")));
+        assert_eq!(amqp_to_json_lossy(&invalid), json!("a\u{fffd}"));
     }
 
     #[test]

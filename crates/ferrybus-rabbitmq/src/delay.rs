@@ -9,12 +9,12 @@
 
 use std::time::Duration;
 
-use lapin::types::{AMQPValue, FieldTable, LongString};
+use lapin::types::{AMQPValue, LongString};
 use lapin::BasicProperties;
 
 use crate::connection::{Live, PublishTarget};
 use crate::error::Result;
-use crate::topology::{ExchangeDecl, QueueDecl};
+use crate::topology::{Arguments, Exchange, Queue};
 
 /// How delayed redeliveries reach the broker.
 ///
@@ -40,7 +40,7 @@ const DELAY_QUEUE_GRACE: Duration = Duration::from_secs(60);
 pub(crate) async fn schedule(
     live: &Live,
     mode: DelayMode,
-    source: &QueueDecl,
+    source: &Queue,
     delay: Duration,
     body: &[u8],
     properties: BasicProperties,
@@ -60,13 +60,13 @@ pub(crate) async fn schedule(
 
 async fn via_plugin(
     live: &Live,
-    source: &QueueDecl,
+    source: &Queue,
     ms: i64,
     body: &[u8],
     properties: BasicProperties,
 ) -> Result<()> {
     let name = format!("{}_delay", source.name);
-    let mut exchange = ExchangeDecl::fanout(&name, source.durable, source.auto_delete);
+    let mut exchange = Exchange::fanout(&name, source.durable, source.auto_delete);
     exchange.kind = "x-delayed-message".to_owned();
     exchange.arguments.insert(
         "x-delayed-type".into(),
@@ -90,8 +90,8 @@ async fn via_plugin(
 }
 
 /// The dead-letter delay queue for `ms` on endpoint `source`.
-pub(crate) fn ttl_queue(source: &QueueDecl, ms: i64) -> QueueDecl {
-    let mut arguments = FieldTable::default();
+pub(crate) fn ttl_queue(source: &Queue, ms: i64) -> Queue {
+    let mut arguments = Arguments::default();
     arguments.insert("x-message-ttl".into(), AMQPValue::LongLongInt(ms));
     arguments.insert(
         "x-dead-letter-exchange".into(),
@@ -106,7 +106,7 @@ pub(crate) fn ttl_queue(source: &QueueDecl, ms: i64) -> QueueDecl {
         "x-expires".into(),
         AMQPValue::LongLongInt(ms.saturating_add(grace)),
     );
-    QueueDecl {
+    Queue {
         name: format!("{}_delay_{ms}", source.name),
         durable: source.durable,
         auto_delete: false,
@@ -117,7 +117,7 @@ pub(crate) fn ttl_queue(source: &QueueDecl, ms: i64) -> QueueDecl {
 
 async fn via_ttl_queue(
     live: &Live,
-    source: &QueueDecl,
+    source: &Queue,
     ms: i64,
     body: &[u8],
     properties: BasicProperties,
@@ -140,26 +140,26 @@ mod tests {
 
     #[test]
     fn ttl_queues_are_named_per_delay() {
-        let source = QueueDecl {
+        let source = Queue {
             name: "orders".into(),
             durable: true,
             auto_delete: false,
             exclusive: false,
-            arguments: FieldTable::default(),
+            arguments: Arguments::default(),
         };
         let q = ttl_queue(&source, 200);
         assert_eq!(q.name, "orders_delay_200");
         assert_eq!(
-            q.arguments.inner()["x-message-ttl"],
-            AMQPValue::LongLongInt(200)
+            q.arguments.get("x-message-ttl"),
+            Some(&AMQPValue::LongLongInt(200))
         );
         assert_eq!(
-            q.arguments.inner()["x-expires"],
-            AMQPValue::LongLongInt(60_200)
+            q.arguments.get("x-expires"),
+            Some(&AMQPValue::LongLongInt(60_200))
         );
         assert_eq!(
-            q.arguments.inner()["x-dead-letter-exchange"],
-            AMQPValue::LongString("orders".into())
+            q.arguments.get("x-dead-letter-exchange"),
+            Some(&AMQPValue::LongString("orders".into()))
         );
     }
 }

@@ -25,15 +25,14 @@ use crate::error::{RabbitMqError, Result};
 use crate::event::{Event, Events};
 use crate::publish::Publisher;
 use crate::settle::{settle, SettleContext};
-use crate::topology::{short, QueueDecl};
+use crate::topology::{short, EndpointTopology};
 
 /// How long in-flight deliveries get after the shutdown deadline, once cancelled.
 const CANCEL_GRACE: Duration = Duration::from_secs(1);
 
 /// Everything one endpoint needs to run.
 pub(crate) struct EndpointRunner {
-    pub(crate) queue: QueueDecl,
-    pub(crate) message_types: Vec<String>,
+    pub(crate) topology: EndpointTopology,
     pub(crate) prefetch: u16,
     pub(crate) concurrency: usize,
     pub(crate) service: Endpoint,
@@ -109,9 +108,9 @@ impl EndpointRunner {
                     continue;
                 }
                 Err(error) => {
-                    tracing::error!(target: "ferrybus::rabbitmq", queue = %this.queue.name, %error, "endpoint setup failed");
+                    tracing::error!(target: "ferrybus::rabbitmq", queue = %this.topology.queue().name, %error, "endpoint setup failed");
                     this.events.emit(Event::EndpointFailed {
-                        queue: this.queue.name.clone(),
+                        queue: this.topology.queue().name.clone(),
                         reason: error.to_string(),
                     });
                     if let Some(ready) = session.ready.take() {
@@ -127,7 +126,7 @@ impl EndpointRunner {
         }
         this.drain(&mut session).await;
         this.events.emit(Event::EndpointStopped {
-            queue: this.queue.name.clone(),
+            queue: this.topology.queue().name.clone(),
         });
     }
 
@@ -138,20 +137,21 @@ impl EndpointRunner {
             .await
             .map_err(|e| RabbitMqError::amqp("setting the prefetch count", e))?;
         let declare = live.declare_channel().await?;
-        live.topology
-            .endpoint(&declare, &self.queue, &self.message_types)
-            .await?;
+        live.topology.endpoint(&declare, &self.topology).await?;
         let tag = format!("ferrybus-{}", uuid::Uuid::now_v7().simple());
         let consumer = channel
             .basic_consume(
-                short(&self.queue.name)?,
+                short(&self.topology.queue().name)?,
                 tag.into(),
                 BasicConsumeOptions::default(),
                 FieldTable::default(),
             )
             .await
             .map_err(|e| {
-                RabbitMqError::amqp(format!("consuming queue {:?}", self.queue.name), e)
+                RabbitMqError::amqp(
+                    format!("consuming queue {:?}", self.topology.queue().name),
+                    e,
+                )
             })?;
         Ok((channel, consumer))
     }
@@ -163,9 +163,9 @@ impl EndpointRunner {
     ) -> Result<SessionEnd> {
         let (channel, mut consumer) = self.setup(live).await?;
         session.channels.push(channel.clone());
-        tracing::info!(target: "ferrybus::rabbitmq", queue = %self.queue.name, generation = live.generation, "consuming");
+        tracing::info!(target: "ferrybus::rabbitmq", queue = %self.topology.queue().name, generation = live.generation, "consuming");
         self.events.emit(Event::EndpointReady {
-            queue: self.queue.name.clone(),
+            queue: self.topology.queue().name.clone(),
             generation: live.generation,
         });
         if let Some(ready) = session.ready.take() {
@@ -197,7 +197,7 @@ impl EndpointRunner {
                     session.in_flight.spawn(handle);
                 }
                 Some(Err(error)) => {
-                    tracing::warn!(target: "ferrybus::rabbitmq", queue = %self.queue.name, %error, "consumer failed");
+                    tracing::warn!(target: "ferrybus::rabbitmq", queue = %self.topology.queue().name, %error, "consumer failed");
                     return Ok(SessionEnd::Lost);
                 }
                 None => return Ok(SessionEnd::Lost),
@@ -219,9 +219,9 @@ impl EndpointRunner {
             EndpointState::Paused(paused) => (paused.cause, paused.reason),
             _ => return std::ops::ControlFlow::Continue(()),
         };
-        tracing::warn!(target: "ferrybus::rabbitmq", queue = %self.queue.name, cause = cause.as_str(), %reason, "endpoint paused: not taking deliveries");
+        tracing::warn!(target: "ferrybus::rabbitmq", queue = %self.topology.queue().name, cause = cause.as_str(), %reason, "endpoint paused: not taking deliveries");
         self.events.emit(Event::EndpointPaused {
-            queue: self.queue.name.clone(),
+            queue: self.topology.queue().name.clone(),
             cause: cause.as_str().to_owned(),
             reason,
         });
@@ -239,9 +239,9 @@ impl EndpointRunner {
             paused_for = control.until_resumed() => paused_for,
             () = self.stop.cancelled() => return std::ops::ControlFlow::Break(()),
         };
-        tracing::info!(target: "ferrybus::rabbitmq", queue = %self.queue.name, ?paused_for, "endpoint resumed");
+        tracing::info!(target: "ferrybus::rabbitmq", queue = %self.topology.queue().name, ?paused_for, "endpoint resumed");
         self.events.emit(Event::EndpointResumed {
-            queue: self.queue.name.clone(),
+            queue: self.topology.queue().name.clone(),
             paused_for,
         });
         std::ops::ControlFlow::Continue(())
@@ -272,7 +272,7 @@ impl EndpointRunner {
         let abandoned = matches!(settlement, Settlement::Abandon);
         let ctx = SettleContext {
             live: &live,
-            queue: &self.queue,
+            topology: &self.topology,
             delay_mode: self.delay_mode,
             publisher: &self.publisher,
             events: &self.events,
@@ -302,7 +302,7 @@ impl EndpointRunner {
             .await
             .is_err()
         {
-            tracing::warn!(target: "ferrybus::rabbitmq", queue = %self.queue.name, "shutdown deadline reached; cancelling in-flight messages");
+            tracing::warn!(target: "ferrybus::rabbitmq", queue = %self.topology.queue().name, "shutdown deadline reached; cancelling in-flight messages");
             self.pipeline_cancel.cancel();
             let rest = async { while session.in_flight.join_next().await.is_some() {} };
             if tokio::time::timeout(CANCEL_GRACE, rest).await.is_err() {

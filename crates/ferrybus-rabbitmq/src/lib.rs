@@ -5,10 +5,12 @@
 //!   `Q` bound to queue `Q`, exchange-to-exchange bindings from every consumed type and from a
 //!   published type to its base types, lazily declared `<queue>_error` / `<queue>_skipped`
 //!   pairs copying the source queue's flags, all with MassTransit's flags so a .NET service on the
-//!   same broker never hits `PRECONDITION_FAILED`.
+//!   same broker never hits `PRECONDITION_FAILED`. [`topology::EndpointTopology`] describes what
+//!   an endpoint declares: the transport declares from it, tools compare the broker with it.
 //! * **Properties and headers as MassTransit writes them**: `content_type`, `message_id`,
 //!   `correlation_id`, `delivery_mode` 2, `expiration` in ms, headers converted by MassTransit's
-//!   rules; publisher confirms on every publish.
+//!   rules; publisher confirms on every publish. [`convert`] reads AMQP headers back as JSON
+//!   the way the transport does, for tools that read the broker directly.
 //! * **Failure paths**: faults move the original message to `<queue>_error` and ack; unknown types
 //!   go to `<queue>_skipped`; delayed redelivery through the delayed-message plugin or, without
 //!   it, TTL + dead-letter queues; see [`DelayMode`].
@@ -70,7 +72,7 @@
 mod backoff;
 mod bus;
 mod connection;
-mod convert;
+pub mod convert;
 mod delay;
 mod endpoint;
 mod error;
@@ -81,7 +83,7 @@ mod queue;
 mod request;
 mod settings;
 mod settle;
-mod topology;
+pub mod topology;
 
 pub use bus::{RabbitMqBus, RabbitMqBusBuilder};
 pub use convert::republish_properties;

@@ -10,7 +10,7 @@ use ferrybus_core::PublishError;
 
 use std::time::Duration;
 
-use lapin::types::{AMQPValue, FieldTable, ShortString};
+use lapin::types::{AMQPValue, ShortString};
 use lapin::BasicProperties;
 use serde_json::{Map, Value};
 
@@ -18,7 +18,7 @@ use crate::connection::{Connector, Live, PublishTarget};
 use crate::convert::outgoing_properties;
 use crate::delay::{schedule, DelayMode};
 use crate::error::{ErrorKind, RabbitMqError, Result};
-use crate::topology::QueueDecl;
+use crate::topology::{Arguments, Queue};
 
 /// Delivers [`OutgoingMessage`]s to RabbitMQ: declares the destination exchange on first use
 /// (with the address's flags), declares and binds the queue for `bind=true` / `queue:` addresses,
@@ -156,12 +156,12 @@ impl Publisher {
         if let Some(delay) = row.delay.filter(|d| !d.is_zero() && !exchange.is_empty()) {
             // As MassTransit's RabbitMqSendTransportContext: through `<exchange>_delay` (the
             // delayed-message plugin) or, without it, a TTL queue dead-lettering to the exchange.
-            let source = QueueDecl {
+            let source = Queue {
                 name: exchange.to_owned(),
                 durable: address.durable,
                 auto_delete: address.auto_delete,
                 exclusive: false,
-                arguments: FieldTable::default(),
+                arguments: Arguments::default(),
             };
             return schedule(
                 live,

@@ -12,7 +12,7 @@ use ferrybus_core::integration::OutgoingMessage;
 use ferrybus_core::{Envelope, Message, Publish, SendOptions};
 use futures::StreamExt;
 use lapin::options::BasicConsumeOptions;
-use lapin::types::{AMQPValue, FieldTable};
+use lapin::types::FieldTable;
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -21,7 +21,8 @@ use crate::bus::RabbitMqBus;
 use crate::connection::{Connector, Live};
 use crate::error::{ErrorKind, RabbitMqError, Result};
 use crate::publish::Publisher;
-use crate::topology::{short, QueueDecl};
+use crate::queue::QueueOptions;
+use crate::topology::{short, EndpointTopology};
 
 type Pending = Arc<Mutex<HashMap<Uuid, oneshot::Sender<Envelope>>>>;
 
@@ -115,21 +116,18 @@ impl ResponseEndpoint {
     }
 }
 
-fn bus_queue(name: &str) -> QueueDecl {
-    let mut arguments = FieldTable::default();
-    arguments.insert("x-expires".into(), AMQPValue::LongLongInt(60_000));
-    QueueDecl {
-        name: name.to_owned(),
-        durable: false,
-        auto_delete: true,
-        exclusive: false,
-        arguments,
-    }
+/// The bus endpoint: temporary (not durable, auto-delete) and expiring after a minute unused.
+fn bus_queue(name: &str) -> EndpointTopology {
+    let options = QueueOptions::default()
+        .durable(false)
+        .auto_delete(true)
+        .expires(Duration::from_secs(60));
+    EndpointTopology::new(name, &options, Vec::<String>::new())
 }
 
-async fn consume(live: &Live, decl: &QueueDecl) -> Result<lapin::Consumer> {
+async fn consume(live: &Live, decl: &EndpointTopology) -> Result<lapin::Consumer> {
     let declare = live.declare_channel().await?;
-    live.topology.endpoint(&declare, decl, &[]).await?;
+    live.topology.endpoint(&declare, decl).await?;
     let channel = live.create_channel().await?;
     let options = BasicConsumeOptions {
         no_ack: true,
@@ -137,7 +135,7 @@ async fn consume(live: &Live, decl: &QueueDecl) -> Result<lapin::Consumer> {
     };
     channel
         .basic_consume(
-            short(&decl.name)?,
+            short(decl.queue().name())?,
             "".into(),
             options,
             FieldTable::default(),
@@ -148,7 +146,7 @@ async fn consume(live: &Live, decl: &QueueDecl) -> Result<lapin::Consumer> {
 
 async fn receive(
     connector: Arc<Connector>,
-    decl: QueueDecl,
+    decl: EndpointTopology,
     pending: Pending,
     stop: CancellationToken,
     live: Arc<Live>,

@@ -97,6 +97,21 @@ impl HostSettings {
         &self.uris[index % self.uris.len()]
     }
 
+    /// The URI lapin connects to for the first host: MassTransit's `rabbitmq://` and
+    /// `rabbitmqs://` spelled `amqp://` and `amqps://`, the default vhost written `/%2f`, the
+    /// query kept. For tools that open a lapin connection of their own.
+    ///
+    /// ```
+    /// use ferrybus_rabbitmq::HostSettings;
+    /// let host = HostSettings::parse("rabbitmq://guest:guest@localhost").unwrap();
+    /// assert_eq!(host.connection_uri(), "amqp://guest:guest@localhost/%2f");
+    /// let tls = HostSettings::parse("amqps://h:5671/sales?heartbeat=10").unwrap();
+    /// assert_eq!(tls.connection_uri(), "amqps://h:5671/sales?heartbeat=10");
+    /// ```
+    pub fn connection_uri(&self) -> &str {
+        self.uri(0)
+    }
+
     /// How many hosts there are.
     pub(crate) fn host_count(&self) -> usize {
         self.uris.len()

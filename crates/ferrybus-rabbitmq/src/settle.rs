@@ -13,13 +13,13 @@ use crate::delay::{schedule, DelayMode};
 use crate::error::Result;
 use crate::event::{Event, Events};
 use crate::publish::Publisher;
-use crate::topology::QueueDecl;
+use crate::topology::{BoundQueue, EndpointTopology};
 
 /// What a settlement needs besides the delivery: the connection the delivery came on, the
-/// endpoint's queue declaration, the delay mode, the publisher (for faults) and the event stream.
+/// endpoint's topology, the delay mode, the publisher (for faults) and the event stream.
 pub(crate) struct SettleContext<'a> {
     pub(crate) live: &'a Live,
-    pub(crate) queue: &'a QueueDecl,
+    pub(crate) topology: &'a EndpointTopology,
     pub(crate) delay_mode: DelayMode,
     pub(crate) publisher: &'a Publisher,
     pub(crate) events: &'a Events,
@@ -61,7 +61,7 @@ pub(crate) async fn settle(
     body: &Bytes,
     settlement: Settlement,
 ) -> Result<()> {
-    let queue = ctx.queue.name.clone();
+    let queue = ctx.topology.queue().name.clone();
     let message_id = delivery
         .properties
         .message_id()
@@ -88,7 +88,8 @@ pub(crate) async fn settle(
                 })
         }
         Settlement::Skip { headers } => {
-            Box::pin(move_to(ctx, delivery, body, "_skipped", &headers, true))
+            let skipped = ctx.topology.skipped();
+            Box::pin(move_to(ctx, delivery, body, skipped, &headers, true))
                 .await
                 .map(|()| {
                     Outcome::Ack(Event::Skipped {
@@ -102,7 +103,7 @@ pub(crate) async fn settle(
             Box::pin(schedule(
                 ctx.live,
                 ctx.delay_mode,
-                ctx.queue,
+                ctx.topology.queue(),
                 redelivery.delay,
                 &redelivery.body,
                 properties,
@@ -143,10 +144,11 @@ async fn fault(
     body: &Bytes,
     faulted: Faulted,
 ) -> Result<()> {
-    move_to(ctx, delivery, body, "_error", &faulted.headers, false).await?;
+    let error_queue = ctx.topology.error();
+    move_to(ctx, delivery, body, error_queue, &faulted.headers, false).await?;
     if let Some(fault) = faulted.fault {
         if let Err(error) = ctx.publisher.send(&fault).await {
-            tracing::warn!(target: "ferrybus::rabbitmq", queue = %ctx.queue.name, %error, "the message is in the error queue, but its fault could not be published");
+            tracing::warn!(target: "ferrybus::rabbitmq", queue = %ctx.topology.queue().name, %error, "the message is in the error queue, but its fault could not be published");
         }
     }
     Ok(())
@@ -156,18 +158,14 @@ async fn move_to(
     ctx: &SettleContext<'_>,
     delivery: &Delivery,
     body: &[u8],
-    suffix: &str,
+    target: &BoundQueue,
     headers: &Headers,
     keep_expiration: bool,
 ) -> Result<()> {
     let channel = ctx.live.declare_channel().await?;
-    let exchange = ctx
-        .live
-        .topology
-        .move_target(&channel, ctx.queue, suffix)
-        .await?;
+    ctx.live.topology.bound_queue(&channel, target).await?;
     let target = PublishTarget {
-        exchange: &exchange,
+        exchange: target.exchange().name(),
         routing_key: delivery.routing_key.as_str(),
         mandatory: true,
     };

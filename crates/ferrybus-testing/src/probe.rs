@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use ferrybus_core::endpoint::{error_queue_name, skipped_queue_name};
 use lapin::message::BasicGetMessage;
 use lapin::options::{
     BasicGetOptions, BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions,
@@ -57,8 +58,8 @@ impl Probe {
     /// Registers an endpoint and what MassTransit derives from it: queues and exchanges
     /// `queue`, `queue_error`, `queue_skipped`.
     pub fn track_endpoint(&self, queue: &str) {
-        let error = format!("{queue}_error");
-        let skipped = format!("{queue}_skipped");
+        let error = error_queue_name(queue);
+        let skipped = skipped_queue_name(queue);
         self.track(&[queue, &error, &skipped], &[queue, &error, &skipped]);
     }
 

@@ -49,6 +49,7 @@ mod config;
 mod decide;
 mod delivery;
 mod error;
+mod names;
 mod read;
 mod registration;
 mod service;
@@ -60,6 +61,7 @@ pub use config::{
 };
 pub use delivery::Delivery;
 pub use error::DeliveryLimitReached;
+pub use names::{error_queue_name, skipped_queue_name, ERROR_QUEUE_SUFFIX, SKIPPED_QUEUE_SUFFIX};
 pub use registration::{ConsumerBuild, ConsumerRegistration};
 pub use service::{BoxEndpointLayer, BoxEndpointService};
 pub use settlement::{Faulted, Redelivery, Settlement, SettlementKind};

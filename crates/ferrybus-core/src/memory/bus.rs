@@ -13,7 +13,10 @@ use tower::ServiceExt;
 use super::broker::{InMemoryBroker, StoredMessage};
 use crate::address::HostAddress;
 use crate::bus::BusConfig;
-use crate::endpoint::{Delivery, Endpoint, EndpointConfig, Settlement, SettlementKind};
+use crate::endpoint::{
+    error_queue_name, skipped_queue_name, Delivery, Endpoint, EndpointConfig, Settlement,
+    SettlementKind,
+};
 use crate::envelope::Headers;
 use crate::error::BoxError;
 use crate::error::PublishError;
@@ -336,14 +339,16 @@ impl EndpointRunner {
         match settlement {
             Settlement::Ack | Settlement::Duplicate => {}
             Settlement::Fault(faulted) => {
-                self.move_to("_error", message, faulted.headers);
+                self.move_to(error_queue_name(&self.queue), message, faulted.headers);
                 if let Some(fault) = faulted.fault {
                     if let Err(error) = self.sink.deliver(fault).await {
                         tracing::warn!(target: "ferrybus::memory", %error, "could not publish the fault");
                     }
                 }
             }
-            Settlement::Skip { headers } => self.move_to("_skipped", message, headers),
+            Settlement::Skip { headers } => {
+                self.move_to(skipped_queue_name(&self.queue), message, headers)
+            }
             Settlement::Redeliver(redelivery) => {
                 let mut again = message;
                 again.body = redelivery.body;
@@ -364,8 +369,7 @@ impl EndpointRunner {
         });
     }
 
-    fn move_to(&self, suffix: &str, mut message: StoredMessage, headers: Headers) {
-        let name = format!("{}{suffix}", self.queue);
+    fn move_to(&self, name: String, mut message: StoredMessage, headers: Headers) {
         self.broker.declare_endpoint(&name);
         merge(&mut message.headers, headers);
         self.broker.publish(&name, message);
