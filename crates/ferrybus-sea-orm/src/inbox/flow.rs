@@ -114,7 +114,8 @@ pub(super) enum RunRow {
 }
 
 impl RunRow {
-    /// Whether this transaction inserted the row.
+    /// Whether this transaction inserted the row (the batch inbox asks).
+    #[cfg_attr(not(feature = "batch"), allow(dead_code))]
     pub(super) fn inserted(self) -> bool {
         self != RunRow::Unconsumed
     }
