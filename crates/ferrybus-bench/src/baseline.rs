@@ -281,10 +281,9 @@ pub(crate) async fn outbox(
                 }
                 sqlx::query(INSERT_OUTBOX)
                     .bind(out.sent_time)
-                    .bind(
-                        out.transport_properties()
-                            .map(|p| serde_json::Value::Object(p).to_string()),
-                    )
+                    .bind(Some(
+                        serde_json::json!({ "RMQ-Exchange": exchange }).to_string(),
+                    ))
                     .bind(envelope.message_id)
                     .bind(CONSUMER_ID)
                     .bind(out.message_id)

@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use ferrybus_core::outgoing::MessageFactory;
 use ferrybus_core::{consumer_fn, ConsumeContext, ConsumeError, EndpointConfig, Publish};
 use ferrybus_rabbitmq::RabbitMqBus;
 use ferrybus_sea_orm::{BusOutbox, PostgresStorage, Tables, TransactionExt};
@@ -381,7 +382,7 @@ pub(crate) async fn relay(
         .tables(tables(&schema))
         .notify_channel(channel.clone())
         .notify_on_write(notify);
-    let outbox = BusOutbox::new(&writer_storage, crate::messages::host());
+    let outbox = BusOutbox::new(&writer_storage, &writer_factory());
 
     // Phase 1: fill, then drain.
     let committed = write_outbox(&db, &outbox, n, writers, None).await?;
@@ -462,4 +463,11 @@ pub(crate) async fn start_service(
         .start()
         .await?;
     Ok((bus, sdb))
+}
+
+/// The factory a service that writes bus-outbox rows without a bus of its own uses: the bench's
+/// host, RabbitMQ's transport properties.
+fn writer_factory() -> MessageFactory {
+    MessageFactory::new(crate::messages::host())
+        .with_transport(std::sync::Arc::new(ferrybus_rabbitmq::RabbitMqProperties))
 }

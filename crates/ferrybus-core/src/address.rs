@@ -8,11 +8,6 @@ use url::Url;
 
 use crate::shared_text::TextCache;
 
-/// RabbitMQ's direct reply-to pseudo-queue (MassTransit's `RabbitMqExchangeNames.ReplyTo`): a
-/// requester consumes it without a queue of its own; responses go through the default exchange
-/// with the requester's reply-to name as routing key.
-pub const DIRECT_REPLY_TO: &str = "amq.rabbitmq.reply-to";
-
 /// An address that cannot be understood.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("invalid address {address:?}: {reason}")]

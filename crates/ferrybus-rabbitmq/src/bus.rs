@@ -24,6 +24,7 @@ use crate::endpoint::EndpointRunner;
 use crate::error::Result;
 use crate::event::{Event, Events};
 use crate::naming::temporary_queue_name;
+use crate::properties::RabbitMqProperties;
 use crate::publish::Publisher;
 use crate::queue::QueueEndpointExt;
 use crate::request::ResponseEndpoint;
@@ -101,7 +102,9 @@ impl RabbitMqBus {
         delay_mode: DelayMode,
     ) -> Self {
         let host = settings.host_address();
-        let factory = Arc::new(MessageFactory::new(host.clone()));
+        let factory = Arc::new(
+            MessageFactory::new(host.clone()).with_transport(Arc::new(RabbitMqProperties)),
+        );
         let publisher = Publisher::new(connector.clone());
         let bus_queue = temporary_queue_name("bus");
         let address = format!("{}?temporary=true", host.entity_address(&bus_queue));

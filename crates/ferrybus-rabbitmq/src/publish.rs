@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
+use crate::properties::DIRECT_REPLY_TO;
 use async_trait::async_trait;
-use ferrybus_core::address::DIRECT_REPLY_TO;
 use ferrybus_core::integration::{EndpointAddress, MessageSink, OutgoingMessage};
 use ferrybus_core::PublishError;
 

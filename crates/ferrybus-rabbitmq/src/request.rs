@@ -7,7 +7,7 @@ use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ferrybus_core::address::DIRECT_REPLY_TO;
+use crate::properties::DIRECT_REPLY_TO;
 use ferrybus_core::integration::OutgoingMessage;
 use ferrybus_core::{Envelope, Message, Publish, SendOptions};
 use futures::StreamExt;

@@ -71,7 +71,7 @@
 //!     .await?;
 //!
 //! // Publishing from an HTTP handler: the bus outbox, in the handler's transaction.
-//! let outbox = BusOutbox::new(&storage, bus.host().clone());
+//! let outbox = BusOutbox::new(&storage, bus.message_factory());
 //! let txn = db.begin().await?;
 //! outbox.on(&txn).publish(&OrderPlaced { order_id: uuid::Uuid::now_v7() }).await?;
 //! txn.commit().await?;

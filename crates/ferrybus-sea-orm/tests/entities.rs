@@ -7,6 +7,7 @@ use std::sync::OnceLock;
 
 use chrono::{DurationRound, TimeDelta, Utc};
 use ferrybus_core::address::HostAddress;
+use ferrybus_core::outgoing::MessageFactory;
 use ferrybus_core::{Message, MessageType, Publish};
 use ferrybus_sea_orm::entity::{dotnet, inbox_state, outbox_message, outbox_state, Retarget};
 use ferrybus_sea_orm::{migrate, status, BusOutbox, StoreErrorKind, Tables};
@@ -173,10 +174,8 @@ macro_rules! exercise_entities {
 
         // A row ferrybus's bus outbox wrote, read through the entity.
         let storage = tdb.storage().await;
-        let outbox = BusOutbox::new(
-            &storage,
-            HostAddress::new("rabbitmq", "localhost", None, "/"),
-        );
+        let factory = MessageFactory::new(HostAddress::new("rabbitmq", "localhost", None, "/"));
+        let outbox = BusOutbox::new(&storage, &factory);
         let txn = db.begin().await.unwrap();
         let order_id = Uuid::new_v4();
         outbox

@@ -12,6 +12,7 @@ use async_trait::async_trait;
 use common::{InvoiceCreated, OrderPlaced, RecordingSink, TestDb};
 use ferrybus_core::address::HostAddress;
 use ferrybus_core::error::PublishErrorKind;
+use ferrybus_core::outgoing::MessageFactory;
 use ferrybus_core::outgoing::MessageSink;
 use ferrybus_core::outgoing::OutgoingMessage;
 use ferrybus_core::storage::Storage;
@@ -23,10 +24,9 @@ use sea_orm::{ConnectionTrait, DbBackend, Statement, TransactionTrait};
 use uuid::Uuid;
 
 fn outbox(storage: &PostgresStorage) -> BusOutbox {
-    BusOutbox::new(
-        storage,
-        HostAddress::new("rabbitmq", "localhost", None, "/"),
-    )
+    let factory = MessageFactory::new(HostAddress::new("rabbitmq", "localhost", None, "/"))
+        .with_transport(std::sync::Arc::new(ferrybus_rabbitmq::RabbitMqProperties));
+    BusOutbox::new(storage, &factory)
 }
 
 /// Publishes `count` `InvoiceCreated` of one new order through the bus outbox in one

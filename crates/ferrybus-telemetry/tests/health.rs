@@ -78,10 +78,10 @@ async fn the_database_and_the_outbox_backlog_are_parts_of_the_health() {
     assert_eq!(names, ["database", "outbox"]);
 
     // One bus-outbox message waiting, with a threshold of none: degraded, with the reason.
-    let outbox = ferrybus_sea_orm::BusOutbox::new(
-        &storage,
+    let factory = ferrybus_core::outgoing::MessageFactory::new(
         ferrybus_core::address::HostAddress::new("rabbitmq", "localhost", None, "/"),
     );
+    let outbox = ferrybus_sea_orm::BusOutbox::new(&storage, &factory);
     // Written inside a trace (an HTTP handler's span): the row keeps it in its headers, as
     // MassTransit's outbox does, for the delivery to continue it.
     use ferrybus_core::Publish as _;

@@ -6,6 +6,7 @@ use std::time::Duration;
 use ferrybus::error::BoxError;
 use ferrybus::rabbitmq::RabbitMqBus;
 use ferrybus::sea_orm::{BusOutbox, PostgresStorage};
+use ferrybus::Publish as _;
 use sea_orm::{ConnectOptions, Database};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -65,7 +66,7 @@ impl OrderApi {
             .await?;
 
         // The outbox needs no broker: only the host address to write into the rows.
-        let outbox = BusOutbox::new(&storage, bus.host().clone());
+        let outbox = BusOutbox::new(&storage, bus.message_factory());
         let state = AppState {
             db,
             outbox,

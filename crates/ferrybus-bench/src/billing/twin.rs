@@ -232,10 +232,8 @@ pub(crate) fn exchange<M: ferrybus_core::Message>() -> String {
 }
 
 fn params(m: &OutgoingMessage) -> Result<(String, String, &str), BoxError> {
-    let properties = m
-        .transport_properties()
-        .map(|p| serde_json::Value::Object(p).to_string())
-        .unwrap_or_default();
+    // MassTransit's outbox keeps the exchange beside the message (`RMQ-Exchange`).
+    let properties = serde_json::json!({ "RMQ-Exchange": m.destination()?.name }).to_string();
     Ok((
         properties,
         m.message_type.join(";"),

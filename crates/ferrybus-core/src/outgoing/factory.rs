@@ -1,11 +1,11 @@
 //! [`MessageFactory`]: builds outgoing messages in MassTransit's shape for one host.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 
 use chrono::Utc;
-use serde_json::{Map, Value};
+use serde_json::Map;
 use uuid::Uuid;
 
 use super::message::OutgoingMessage;
@@ -40,16 +40,63 @@ pub fn set_trace_stamp(stamp: TraceStamp) -> bool {
     TRACE_STAMP.set(stamp).is_ok()
 }
 
+/// What a transport writes into every message its [`MessageFactory`] builds: the transport
+/// properties MassTransit's outbox keeps beside a message, in the names the transport reads back
+/// (and its .NET counterpart's delivery service reads from an outbox row). The RabbitMQ transport
+/// writes `RMQ-Exchange`, `RMQ-Priority` and, for a response to a direct reply-to requester,
+/// `RMQ-RoutingKey`/`RMQ-ReplyTo`.
+///
+/// ```
+/// use std::sync::Arc;
+/// use ferrybus_core::outgoing::{MessageFactory, MessageOrigin, OutgoingMessage, TransportProperties};
+/// use ferrybus_core::address::HostAddress;
+/// use ferrybus_core::SendOptions;
+/// # #[derive(serde::Serialize, serde::Deserialize, ferrybus_core::Message)]
+/// # #[message(namespace = "Shop")]
+/// # struct OrderPlaced {}
+/// #[derive(Debug)]
+/// struct Priorities;
+/// impl TransportProperties for Priorities {
+///     fn write(&self, message: &mut OutgoingMessage, priority: Option<u8>, _reply_to: Option<&str>) {
+///         if let Some(priority) = priority {
+///             message.properties.insert("Priority".into(), priority.into());
+///         }
+///     }
+/// }
+/// let factory = MessageFactory::new(HostAddress::loopback()).with_transport(Arc::new(Priorities));
+/// let message = factory
+///     .publish(&OrderPlaced {}, &MessageOrigin::default(), SendOptions::new().priority(3))
+///     .unwrap();
+/// assert_eq!(message.properties["Priority"], 3);
+/// ```
+pub trait TransportProperties: std::fmt::Debug + Send + Sync + 'static {
+    /// Writes `message`'s transport properties: the message's own `priority` (set, or copied
+    /// from the consumed message), and the consumed message's `reply_to` (its requester's
+    /// direct reply-to name, when it had one).
+    fn write(&self, message: &mut OutgoingMessage, priority: Option<u8>, reply_to: Option<&str>);
+}
+
 /// Builds outgoing messages in MassTransit's shape for one host.
 #[derive(Clone, Debug)]
 pub struct MessageFactory {
     host: HostAddress,
+    transport: Option<Arc<dyn TransportProperties>>,
 }
 
 impl MessageFactory {
-    /// A factory for messages on `host`.
+    /// A factory for messages on `host`, with no transport properties.
     pub fn new(host: HostAddress) -> Self {
-        Self { host }
+        Self {
+            host,
+            transport: None,
+        }
+    }
+
+    /// The same factory, writing `transport`'s properties into every message it builds (the
+    /// transport's own factory does; see [`TransportProperties`]).
+    pub fn with_transport(mut self, transport: Arc<dyn TransportProperties>) -> Self {
+        self.transport = Some(transport);
+        self
     }
 
     /// The host address.
@@ -143,20 +190,10 @@ impl MessageFactory {
             Vec::new()
         };
         let mut message = Self::from_envelope(envelope, publish_bindings);
-        if let Some(priority) = options.priority.or(origin.priority) {
-            message
-                .properties
-                .insert("RMQ-Priority".into(), Value::from(priority));
-        }
         message.timestamp_headers = options.timestamp_headers;
-        if let Some(reply_to) = origin.reply_to.as_ref().filter(|_| message.is_reply_to()) {
-            // MassTransit's `ReplyToSendEndpoint` routes by the requester's reply-to name and
-            // `CopyIncomingPropertiesIfPresent` copies it onto the response.
-            for key in ["RMQ-RoutingKey", "RMQ-ReplyTo"] {
-                message
-                    .properties
-                    .insert(key.into(), Value::from(reply_to.as_str()));
-            }
+        if let Some(transport) = &self.transport {
+            let priority = options.priority.or(origin.priority);
+            transport.write(&mut message, priority, origin.reply_to.as_deref());
         }
         Ok(message)
     }
@@ -207,30 +244,6 @@ mod tests {
     }
 
     #[test]
-    fn priority_comes_from_the_consumed_message_unless_set() {
-        let factory = MessageFactory::new(HostAddress::new("rabbitmq", "localhost", None, "/"));
-        let origin = MessageOrigin {
-            priority: Some(4),
-            ..MessageOrigin::default()
-        };
-        let order = OrderPlaced {
-            order_id: Uuid::nil(),
-        };
-        let copied = factory
-            .publish(&order, &origin, SendOptions::new())
-            .unwrap();
-        assert_eq!(copied.properties["RMQ-Priority"], 4);
-        let own = factory
-            .publish(&order, &origin, SendOptions::new().priority(8))
-            .unwrap();
-        assert_eq!(own.properties["RMQ-Priority"], 8);
-        let none = factory
-            .publish(&order, &MessageOrigin::default(), SendOptions::new())
-            .unwrap();
-        assert!(none.properties.is_empty());
-    }
-
-    #[test]
     fn publish_follows_masstransit_rules() {
         let factory = MessageFactory::new(HostAddress::new("rabbitmq", "localhost", None, "/"));
         let mut consumed = Envelope {
@@ -259,9 +272,9 @@ mod tests {
         assert_eq!(out.headers.get_str("tenant"), Some("acme"));
         assert!(!out.headers.contains("MT-Activity-Id"));
         assert_eq!(out.publish_bindings, ["Bookstore.Contracts:IOrderEvent"]);
-        assert_eq!(
-            out.transport_properties().unwrap()["RMQ-Exchange"],
-            "Bookstore.Contracts:OrderPlaced"
+        assert!(
+            out.properties.is_empty(),
+            "no transport, no transport properties"
         );
         let envelope = Envelope::from_slice(&out.body).unwrap();
         assert_eq!(envelope.message["orderId"], Uuid::nil().to_string());

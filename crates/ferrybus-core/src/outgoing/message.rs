@@ -48,13 +48,11 @@ pub struct OutgoingMessage {
     pub expiration_time: Option<DateTime<Utc>>,
     /// Exchanges of base types to bind from the destination exchange (publishes only).
     pub publish_bindings: Vec<String>,
-    /// Transport properties of a message read back from an outbox row that a .NET service
-    /// wrote (MassTransit's `OutboxMessage.Properties`: `Delay`, `Durable`, `Mandatory`,
-    /// `RMQ-RoutingKey`, `RMQ-Priority`, …), for the transport to apply when it sends, as
-    /// MassTransit's `TransportSendContext.ReadPropertiesFrom` does; empty for messages built
-    /// by ferrybus, except `RMQ-Priority` (set with [`SendOptions::priority`](super::SendOptions::priority) or copied from the
-    /// consumed message, as MassTransit's `CopyIncomingPropertiesIfPresent` does). Stored in the
-    /// outbox row's `Properties`, as MassTransit stores them.
+    /// Transport properties (MassTransit's `OutboxMessage.Properties`), for the transport to
+    /// apply when it sends, as MassTransit's `TransportSendContext.ReadPropertiesFrom` does:
+    /// those its factory wrote when it built the message ([`TransportProperties`](super::TransportProperties)),
+    /// or those read back from an outbox row another service wrote. Stored in the outbox row's
+    /// `Properties`, as MassTransit stores them.
     pub properties: Map<String, Value>,
     /// Names of headers whose values are times, sent as AMQP timestamps when the message goes
     /// straight to the broker (MassTransit's RabbitMQ transport does so for `DateTime` header
@@ -72,29 +70,10 @@ impl OutgoingMessage {
         })
     }
 
-    /// Whether it goes to RabbitMQ's direct reply-to pseudo-queue (`…/amq.rabbitmq.reply-to`, a
-    /// requester using direct reply-to), as MassTransit's `IsReplyToAddress` tells it.
-    pub fn is_reply_to(&self) -> bool {
-        self.destination()
-            .is_ok_and(|address| address.name == crate::address::DIRECT_REPLY_TO)
-    }
-
     /// The destination address, parsed (once per distinct address:
     /// [`EndpointAddress::parse_shared`]); its `name` is the exchange.
     pub fn destination(&self) -> Result<Arc<EndpointAddress>, AddressError> {
         EndpointAddress::parse_shared(&self.destination_address)
-    }
-
-    /// The transport properties MassTransit's outbox stores beside a message
-    /// (`{"RMQ-Exchange": "<exchange>"}` for RabbitMQ addresses).
-    pub fn transport_properties(&self) -> Option<Map<String, Value>> {
-        let address = self.destination().ok()?;
-        if !address.scheme.starts_with("rabbitmq") && !address.scheme.starts_with("amqp") {
-            return None;
-        }
-        let mut properties = Map::new();
-        properties.insert("RMQ-Exchange".into(), Value::String(address.name.clone()));
-        Some(properties)
     }
 
     /// The base-type exchanges to bind for this message when it was published to its type's

@@ -6,7 +6,7 @@ mod message;
 mod options;
 mod publish;
 
-pub use factory::{set_trace_stamp, MessageFactory, TraceStamp};
+pub use factory::{set_trace_stamp, MessageFactory, TraceStamp, TransportProperties};
 pub use message::OutgoingMessage;
 pub use options::{MessageOrigin, SendOptions};
 pub use publish::{MessageSink, Publish, SharedSink};

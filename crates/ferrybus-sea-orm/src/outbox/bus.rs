@@ -4,7 +4,6 @@
 use std::sync::Arc;
 
 use chrono::Utc;
-use ferrybus_core::address::HostAddress;
 use ferrybus_core::outgoing::MessageFactory;
 use ferrybus_core::outgoing::MessageOrigin;
 use ferrybus_core::outgoing::OutgoingMessage;
@@ -36,7 +35,7 @@ use crate::telemetry::count_outbox_write;
 /// # impl ferrybus_core::Message for OrderPlaced {
 /// #     fn message_type() -> ferrybus_core::MessageType { ferrybus_core::MessageType::parse("Ns:OrderPlaced").unwrap() }
 /// # }
-/// let outbox = BusOutbox::new(&storage, bus.host().clone());
+/// let outbox = BusOutbox::new(&storage, bus.message_factory());
 /// let txn = storage.db().begin().await?;
 /// // ... the application's own writes ...
 /// outbox.on(&txn).publish(&OrderPlaced { id: 7 }).await?;
@@ -59,10 +58,12 @@ pub struct OutboxPublisher<'a, C> {
 }
 
 impl BusOutbox {
-    /// A bus outbox writing into the tables of `storage`, building messages for `host` (the
-    /// bus's [`host`](ferrybus_core::address::HostAddress): where the delivery service will send them).
-    pub fn new(storage: &PostgresStorage, host: HostAddress) -> Self {
-        let factory = MessageFactory::new(host);
+    /// A bus outbox writing into the tables of `storage`, building messages as `factory` does:
+    /// the bus's ([`Publish::message_factory`]), so that rows carry the bus's host and its
+    /// transport's properties (RabbitMQ's `RMQ-Exchange` …), where the delivery service will send
+    /// them and what a .NET delivery service reads.
+    pub fn new(storage: &PostgresStorage, factory: &MessageFactory) -> Self {
+        let factory = factory.clone();
         let origin = MessageOrigin {
             source_address: Some(factory.host().entity_address("bus")),
             ..MessageOrigin::default()

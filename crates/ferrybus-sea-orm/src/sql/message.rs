@@ -99,17 +99,13 @@ pub(crate) fn is_binary(content_type: &str) -> bool {
         .any(|t| t.eq_ignore_ascii_case(media))
 }
 
-/// The `Properties` column: the message's transport properties (those read back from a row)
-/// with `{"RMQ-Exchange": …}` for RabbitMQ destinations; NULL when empty.
+/// The `Properties` column: the message's transport properties, as its transport's factory wrote
+/// them (RabbitMQ's `{"RMQ-Exchange": …}`) or as they were read back from a row; NULL when empty.
 fn properties_json(message: &OutgoingMessage) -> Result<Option<String>, StoreError> {
-    let mut map = message.properties.clone();
-    for (key, value) in message.transport_properties().unwrap_or_default() {
-        map.entry(key).or_insert(value);
-    }
-    if map.is_empty() {
+    if message.properties.is_empty() {
         return Ok(None);
     }
-    serde_json::to_string_pretty(&map)
+    serde_json::to_string_pretty(&message.properties)
         .map(Some)
         .map_err(|e| StoreError::encode(e.to_string()))
 }
