@@ -2,16 +2,11 @@
 //! and one tower [`Service`](tower::Service) per consumer, taking a
 //! [`ConsumeRequest`] and answering a [`ConsumeOutcome`].
 //!
-//! Every consumer on an endpoint gets its own stack, from the outside in:
-//!
-//! ```text
-//! retry (RetryPolicy) ─▶ inbox + consumer outbox (when the endpoint asks) ─▶ consumer layers,
-//!                        in the order added ─▶ ConsumerService: deserialize, consume, catch panics
-//! ```
-//!
-//! so each retry attempt runs the whole stack again (a new database transaction for the inbox).
-//! The endpoint routes a delivery to the stacks of the consumers of its message types and turns
-//! their outcomes into one settlement.
+//! Every consumer on an endpoint gets its own stack, drawn with the rest of the pipeline in
+//! [`endpoint`](crate::endpoint): retry outermost, so each attempt runs the whole stack again (a
+//! new database transaction for the inbox), [`ConsumerService`] innermost (bind the payload,
+//! consume, turn a panic into an error). The endpoint routes a delivery to the stacks of the
+//! consumers of its message types and turns their outcomes into one settlement.
 
 mod consumer;
 mod panic;

@@ -35,18 +35,11 @@ pub const DEFAULT_TRANSIENT_STRIKES: u32 = 3;
 /// A receive endpoint, transport-independent; a bus builder hands one to the closure of its
 /// `receive_endpoint(name, |e| …)`.
 ///
-/// A delivery passes, from the outside in:
-///
-/// ```text
-/// the endpoint's panic guard
-///  └▶ the bus's endpoint layers (instruments), then the endpoint's, in the order added
-///      └▶ read the body, route by message type   (bad body ▶ Fault, no consumer ▶ Skip)
-///          └▶ per consumer: retry ▶ transient guard ▶ inbox (with .inbox()) ▶ consumer layers ▶ consumer
-/// ```
-///
-/// The transient guard pauses the endpoint on an infrastructure failure (see
-/// [`pause`](crate::pause)) instead of spending a retry; each retry attempt runs the inbox and
-/// the consumer layers again (a new transaction).
+/// A delivery passes the endpoint's layers, then its consumers' stacks (retry ▶ transient guard ▶
+/// inbox ▶ consumer layers ▶ consumer), as drawn in the [module docs](crate::endpoint); each retry
+/// attempt runs the inbox and the consumer layers again (a new transaction), and the transient
+/// guard pauses the endpoint on an infrastructure failure ([`pause`](crate::pause)) instead of
+/// spending a retry.
 ///
 /// ```
 /// use std::time::Duration;

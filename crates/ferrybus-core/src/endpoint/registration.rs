@@ -1,14 +1,9 @@
 //! [`ConsumerRegistration`]: a consumer on an endpoint before the endpoint is built, and the
 //! [`ConsumerBuild`] its stack is built with.
 //!
-//! Every consumer's stack is, from the outside in:
-//!
-//! ```text
-//! retry ─▶ transient guard ─▶ inbox (with .inbox()) ─▶ the endpoint's consumer layers, in the
-//! order added ─▶ the bus's consumer layers (instruments) ─▶ the consumer (its panic guard inside)
-//! ```
-//!
-//! so each retry attempt runs the inbox and the consumer layers again (a new transaction). An
+//! Every consumer's stack is the one drawn in the [module docs](crate::endpoint) (retry ▶
+//! transient guard ▶ inbox ▶ the endpoint's consumer layers ▶ the bus's ▶ the consumer), so each
+//! retry attempt runs the inbox and the consumer layers again (a new transaction). An
 //! add-on with a stack of its own (a batch consumer gathers messages before its own pipeline)
 //! registers with [`ConsumerRegistration::custom`] and builds from the same parts.
 
