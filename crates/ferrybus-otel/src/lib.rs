@@ -42,7 +42,7 @@ pub use context::{
     TRACEPARENT_HEADER,
 };
 pub use metrics::*;
-pub use receive::{ReceiveInstrument, ReceiveInstrumentLayer};
+pub use receive::{ReceiveFuture, ReceiveInstrument, ReceiveInstrumentLayer};
 pub use send::SendInstrument;
 pub use stamp::stamp;
 

@@ -3,6 +3,7 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 use std::time::Instant;
@@ -10,11 +11,10 @@ use std::time::Instant;
 use ferrybus_core::endpoint::{BoxEndpointLayer, BoxEndpointService};
 use ferrybus_core::{Delivery, Settlement};
 use futures::future::BoxFuture;
-use futures::FutureExt;
-use opentelemetry::context::FutureExt as _;
+use opentelemetry::context::{FutureExt as _, WithContext};
 use opentelemetry::trace::{Link, Span as _, SpanKind, Status, TraceContextExt as _, Tracer as _};
 use opentelemetry::{global, Context, KeyValue};
-use tower::{Layer, Service, ServiceExt};
+use tower::{Layer, Service};
 
 use crate::context::{propagation, remote_parent, Propagation};
 use crate::metrics::{
@@ -134,21 +134,6 @@ impl Receive {
             labels,
             finished: false,
         }
-    }
-
-    /// Runs the endpoint inside the span and records how it settled. (A combinator, not an
-    /// `async fn`, which would hold the endpoint's future twice.)
-    pub(crate) fn run<F, E>(mut self, fut: F) -> impl Future<Output = Result<Settlement, E>>
-    where
-        F: Future<Output = Result<Settlement, E>>,
-    {
-        let cx = self.cx.clone();
-        fut.with_context(cx).map(move |result| {
-            if let Ok(settlement) = &result {
-                self.finish(settlement);
-            }
-            result
-        })
     }
 
     fn finish(&mut self, settlement: &Settlement) {
@@ -276,14 +261,43 @@ impl std::fmt::Debug for ReceiveInstrument {
 impl Service<Delivery> for ReceiveInstrument {
     type Response = Settlement;
     type Error = Infallible;
-    type Future = BoxFuture<'static, Result<Settlement, Infallible>>;
+    type Future = ReceiveFuture;
 
-    fn poll_ready(&mut self, _cx: &mut TaskContext<'_>) -> Poll<Result<(), Infallible>> {
-        Poll::Ready(Ok(()))
+    fn poll_ready(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, delivery: Delivery) -> Self::Future {
+    fn call(&mut self, delivery: Delivery) -> ReceiveFuture {
         let receive = Receive::start(&self.labels, &delivery);
-        Box::pin(receive.run(self.inner.clone().oneshot(delivery)))
+        let handled = self.inner.call(delivery).with_context(receive.cx.clone());
+        ReceiveFuture {
+            handled,
+            receive: Some(receive),
+        }
+    }
+}
+
+/// The future of one delivery inside its receive span (no allocation of its own): the span ends
+/// and the instruments record when the delivery settles, or when the future is dropped unsettled.
+pub struct ReceiveFuture {
+    handled: WithContext<BoxFuture<'static, Result<Settlement, Infallible>>>,
+    receive: Option<Receive>,
+}
+
+impl Future for ReceiveFuture {
+    type Output = Result<Settlement, Infallible>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        let result = std::task::ready!(Pin::new(&mut self.handled).poll(cx));
+        if let (Ok(settlement), Some(mut receive)) = (&result, self.receive.take()) {
+            receive.finish(settlement);
+        }
+        Poll::Ready(result)
+    }
+}
+
+impl std::fmt::Debug for ReceiveFuture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReceiveFuture").finish_non_exhaustive()
     }
 }

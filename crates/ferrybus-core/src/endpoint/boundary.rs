@@ -3,16 +3,18 @@
 
 use std::any::Any;
 use std::convert::Infallible;
+use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::future::BoxFuture;
-use futures::FutureExt;
-use tower::{Service, ServiceExt};
+use tower::Service;
 
+use super::boxed::BoxEndpointService;
 use super::delivery::Delivery;
-use super::service::{BoxEndpointService, EndpointService};
+use super::service::EndpointService;
 use super::settlement::{Faulted, Settlement};
 use crate::consume::panic_message;
 use crate::error::ConsumeError;
@@ -96,45 +98,54 @@ impl std::fmt::Debug for Endpoint {
 impl Service<Delivery> for Endpoint {
     type Response = Settlement;
     type Error = Infallible;
-    type Future = BoxFuture<'static, Result<Settlement, Infallible>>;
+    type Future = EndpointFuture;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, mut delivery: Delivery) -> Self::Future {
-        let input_address = self.input_address.clone();
-        match &mut self.stack {
-            Stack::Bare(service) => guarded(service.handle(delivery), input_address),
+    fn call(&mut self, mut delivery: Delivery) -> EndpointFuture {
+        let handled = match &mut self.stack {
+            Stack::Bare(service) => Box::pin(service.handle(delivery)),
             Stack::Layered(service, own_layers) => {
                 if *own_layers {
                     delivery.extensions.insert(self.control.clone());
                 }
-                guarded(service.clone().oneshot(delivery), input_address)
+                service.call(delivery)
             }
+        };
+        EndpointFuture {
+            handled,
+            input_address: self.input_address.clone(),
         }
     }
 }
 
-/// Runs `handled` behind the endpoint's panic guard, in one allocation.
-fn guarded<F>(
-    handled: F,
+/// The future of one delivery through an [`Endpoint`]: its stack's future behind the endpoint's
+/// panic guard (no allocation of its own).
+pub struct EndpointFuture {
+    handled: BoxFuture<'static, Result<Settlement, Infallible>>,
     input_address: Arc<str>,
-) -> BoxFuture<'static, Result<Settlement, Infallible>>
-where
-    F: std::future::Future<Output = Result<Settlement, Infallible>> + Send + 'static,
-{
-    Box::pin(
-        AssertUnwindSafe(handled)
-            .catch_unwind()
-            .map(move |settled| {
-                Ok(match settled {
-                    Ok(Ok(settlement)) => settlement,
-                    Ok(Err(never)) => match never {},
-                    Err(payload) => panicked(&*payload, &input_address),
-                })
-            }),
-    )
+}
+
+impl Future for EndpointFuture {
+    type Output = Result<Settlement, Infallible>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        match std::panic::catch_unwind(AssertUnwindSafe(|| this.handled.as_mut().poll(cx))) {
+            Ok(poll) => poll,
+            Err(payload) => Poll::Ready(Ok(panicked(&*payload, &this.input_address))),
+        }
+    }
+}
+
+impl std::fmt::Debug for EndpointFuture {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EndpointFuture")
+            .field("input_address", &self.input_address)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The settlement of a delivery whose handling panicked outside any consumer: the error queue,

@@ -12,7 +12,8 @@ use super::boundary::Endpoint;
 use super::decide::Decider;
 use super::delivery::Delivery;
 use super::registration::{ConsumerBuild, ConsumerRegistration};
-use super::service::{BoxEndpointLayer, BoxEndpointService, EndpointService, Reading, Registered};
+use super::boxed::{BoxEndpointLayer, BoxEndpointService};
+use super::service::{EndpointService, Reading, Registered};
 use super::settlement::Settlement;
 use crate::consume::{
     BoxConsumeLayer, BoxConsumeService, ConsumeOutcome, ConsumeRequest, Consumer, ConsumerInfo,
@@ -212,7 +213,7 @@ impl EndpointConfig {
             + 'static,
         <L::Service as Service<Delivery>>::Future: Send + 'static,
     {
-        self.layers.push(BoxCloneSyncServiceLayer::new(layer));
+        self.layers.push(BoxEndpointLayer::new(layer));
         self
     }
 
@@ -424,7 +425,7 @@ impl EndpointConfig {
         let layered = layers
             .into_iter()
             .rev()
-            .fold(BoxCloneSyncService::new(endpoint), |inner, layer| {
+            .fold(BoxEndpointService::innermost(endpoint), |inner, layer| {
                 layer.layer(inner)
             });
         Endpoint::layered(

@@ -45,6 +45,7 @@
 //! ```
 
 mod boundary;
+mod boxed;
 mod config;
 mod decide;
 mod delivery;
@@ -63,5 +64,6 @@ pub use delivery::Delivery;
 pub use error::DeliveryLimitReached;
 pub use names::{error_queue_name, skipped_queue_name, ERROR_QUEUE_SUFFIX, SKIPPED_QUEUE_SUFFIX};
 pub use registration::{ConsumerBuild, ConsumerRegistration};
-pub use service::{BoxEndpointLayer, BoxEndpointService};
+pub use boxed::{BoxEndpointLayer, BoxEndpointService};
+pub use boundary::EndpointFuture;
 pub use settlement::{Faulted, Redelivery, Settlement, SettlementKind};

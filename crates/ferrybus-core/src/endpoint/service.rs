@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::future::{join_all, BoxFuture};
-use tower::util::{BoxCloneSyncService, BoxCloneSyncServiceLayer};
 use tower::{Service, ServiceExt};
 
 use super::decide::Decider;
@@ -20,13 +19,6 @@ use crate::consume::{
 use crate::envelope::RAW_JSON_CONTENT_TYPE;
 use crate::error::ConsumeError;
 use crate::outgoing::SharedSink;
-
-/// A type-erased endpoint: `Service<Delivery, Response = Settlement, Error = Infallible>`.
-pub type BoxEndpointService = BoxCloneSyncService<Delivery, Settlement, Infallible>;
-
-/// A type-erased endpoint-level layer (see `EndpointConfig::layer`).
-pub type BoxEndpointLayer =
-    BoxCloneSyncServiceLayer<BoxEndpointService, Delivery, Settlement, Infallible>;
 
 /// One consumer on a built endpoint: who it is and its composed stack.
 #[derive(Clone)]
