@@ -11,8 +11,7 @@ use futures::future::BoxFuture;
 use opentelemetry::context::FutureExt as _;
 use opentelemetry::trace::{Span as _, SpanKind, Status, TraceContextExt as _, Tracer as _};
 use opentelemetry::{global, Context, KeyValue};
-use tower::util::BoxCloneSyncService;
-use tower::{Layer, Service, ServiceExt};
+use tower::{Layer, Service};
 
 use crate::context::{baggage_pairs, ACTIVITY_CORRELATION_CONTEXT_HEADER};
 use crate::metrics::{
@@ -35,13 +34,13 @@ use opentelemetry::baggage::BaggageExt as _;
 pub struct ConsumeInstrumentLayer;
 
 impl Layer<BoxConsumeService> for ConsumeInstrumentLayer {
-    type Service = BoxConsumeService;
+    type Service = ConsumeInstrument;
 
-    fn layer(&self, inner: BoxConsumeService) -> BoxConsumeService {
-        BoxCloneSyncService::new(ConsumeInstrument {
+    fn layer(&self, inner: BoxConsumeService) -> ConsumeInstrument {
+        ConsumeInstrument {
             inner,
             labels: Arc::default(),
-        })
+        }
     }
 }
 
@@ -96,8 +95,8 @@ impl Service<ConsumeRequest> for ConsumeInstrument {
     type Error = ConsumeError;
     type Future = BoxFuture<'static, Result<ConsumeOutcome, ConsumeError>>;
 
-    fn poll_ready(&mut self, _cx: &mut TaskContext<'_>) -> Poll<Result<(), ConsumeError>> {
-        Poll::Ready(Ok(()))
+    fn poll_ready(&mut self, cx: &mut TaskContext<'_>) -> Poll<Result<(), ConsumeError>> {
+        self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: ConsumeRequest) -> Self::Future {
@@ -148,9 +147,9 @@ impl Service<ConsumeRequest> for ConsumeInstrument {
             started,
             finished: false,
         };
-        let inner = self.inner.clone();
+        let attempted = self.inner.call(request).with_context(cx);
         Box::pin(async move {
-            let result = inner.oneshot(request).with_context(cx).await;
+            let result = attempted.await;
             attempt.finish(result.as_ref().err());
             result
         })

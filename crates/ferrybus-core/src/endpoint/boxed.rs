@@ -115,7 +115,9 @@ impl BoxEndpointLayer {
             + 'static,
         <L::Service as Service<Delivery>>::Future: Send + 'static,
     {
-        Self(Arc::new(move |inner| BoxEndpointService::new(layer.layer(inner))))
+        Self(Arc::new(move |inner| {
+            BoxEndpointService::new(layer.layer(inner))
+        }))
     }
 }
 

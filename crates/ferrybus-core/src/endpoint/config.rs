@@ -9,10 +9,10 @@ use tower::util::{BoxCloneSyncService, BoxCloneSyncServiceLayer};
 use tower::{Layer, Service};
 
 use super::boundary::Endpoint;
+use super::boxed::{BoxEndpointLayer, BoxEndpointService};
 use super::decide::Decider;
 use super::delivery::Delivery;
 use super::registration::{ConsumerBuild, ConsumerRegistration};
-use super::boxed::{BoxEndpointLayer, BoxEndpointService};
 use super::service::{EndpointService, Reading, Registered};
 use super::settlement::Settlement;
 use crate::consume::{

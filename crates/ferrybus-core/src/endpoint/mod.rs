@@ -57,6 +57,8 @@ mod service;
 mod settlement;
 
 pub use boundary::Endpoint;
+pub use boundary::EndpointFuture;
+pub use boxed::{BoxEndpointLayer, BoxEndpointService};
 pub use config::{
     EndpointConfig, EndpointContext, DEFAULT_MAX_BODY_SIZE, DEFAULT_TRANSIENT_STRIKES,
 };
@@ -64,6 +66,4 @@ pub use delivery::Delivery;
 pub use error::DeliveryLimitReached;
 pub use names::{error_queue_name, skipped_queue_name, ERROR_QUEUE_SUFFIX, SKIPPED_QUEUE_SUFFIX};
 pub use registration::{ConsumerBuild, ConsumerRegistration};
-pub use boxed::{BoxEndpointLayer, BoxEndpointService};
-pub use boundary::EndpointFuture;
 pub use settlement::{Faulted, Redelivery, Settlement, SettlementKind};
