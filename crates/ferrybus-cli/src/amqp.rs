@@ -1,6 +1,7 @@
 //! The broker connection of the tool: one lapin connection per command, named
 //! `ferrybus-cli`, with helpers that turn the broker's refusals into one-line errors.
 
+use ferrybus_core::address::redact;
 use std::time::Duration;
 
 use ferrybus_rabbitmq::HostSettings;
@@ -9,7 +10,6 @@ use lapin::types::FieldTable;
 use lapin::{Channel, Connection, ConnectionProperties};
 
 use crate::error::{CliError, CliErrorKind};
-use crate::redact;
 
 /// How long connecting may take before the command gives up.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -38,7 +38,7 @@ pub(crate) struct QueueCounts {
 impl Broker {
     /// Connects to `url` (`amqp://`, `amqps://`, or MassTransit's `rabbitmq://`).
     pub(crate) async fn connect(url: &str) -> Result<Self, CliError> {
-        let shown = redact::url(url);
+        let shown = redact(url);
         let settings = HostSettings::parse(url)
             .map_err(|e| CliError::usage(format!("--amqp-url {shown} is not a broker URL: {e}")))?;
         let properties =

@@ -1,9 +1,8 @@
 //! [`CliError`]: the one error type of the tool, with a [`CliErrorKind`] that decides the exit
 //! status (2 for misuse, 1 for everything else).
 
+use ferrybus_core::address::redact;
 use std::fmt;
-
-use crate::redact;
 
 /// What kind of failure a [`CliError`] is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,7 +92,7 @@ impl fmt::Display for CliError {
             .split_whitespace()
             .collect::<Vec<_>>()
             .join(" ");
-        f.write_str(&redact::text(&one_line))
+        f.write_str(&redact(&one_line))
     }
 }
 

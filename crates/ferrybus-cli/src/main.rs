@@ -24,7 +24,6 @@ mod message;
 mod outbox;
 mod output;
 mod queues;
-mod redact;
 mod storage;
 mod topology;
 

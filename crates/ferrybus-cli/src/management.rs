@@ -2,13 +2,12 @@
 //! entity's exact flags and arguments and its bindings without declaring anything. `topology`
 //! uses it when it answers and falls back to AMQP (passive and equivalent declares) when not.
 
+use ferrybus_core::address::redact;
 use std::time::Duration;
 
 use base64::Engine;
 use serde_json::Value;
 use url::Url;
-
-use crate::redact;
 
 /// How long one management request may take.
 const TIMEOUT: Duration = Duration::from_secs(5);
@@ -39,7 +38,7 @@ impl Management {
             Some(url) => url.to_owned(),
             None => {
                 let parsed = Url::parse(amqp_url).map_err(|e| Unavailable {
-                    url: redact::url(amqp_url),
+                    url: redact(amqp_url),
                     reason: e.to_string(),
                 })?;
                 let tls = matches!(parsed.scheme(), "amqps" | "rabbitmqs");
@@ -57,7 +56,7 @@ impl Management {
             }
         };
         let mut url = Url::parse(&base).map_err(|e| Unavailable {
-            url: redact::url(&base),
+            url: redact(&base),
             reason: format!("not a URL: {e}"),
         })?;
         let decode = |s: &str| {
@@ -119,7 +118,7 @@ impl Management {
         };
         let mut response = request
             .call()
-            .map_err(|e| unavailable(redact::text(&e.to_string())))?;
+            .map_err(|e| unavailable(redact(&e.to_string())))?;
         match response.status().as_u16() {
             200 => response
                 .body_mut()

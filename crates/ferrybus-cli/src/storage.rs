@@ -1,6 +1,7 @@
 //! The tables from the command line (a [`TableSearch`] of the storage crate), the settings a
 //! service needs for them, the migration SQL and running it, the connection.
 
+use ferrybus_core::address::redact;
 use std::time::Duration;
 
 use ferrybus_sea_orm::migrate::{self, TableSearch};
@@ -8,7 +9,6 @@ use ferrybus_sea_orm::{Migrator, NamingStyle, Tables};
 use sea_orm::{ConnectOptions, Database, DatabaseConnection};
 
 use crate::error::CliError;
-use crate::redact;
 
 /// Column naming of the messaging tables, as billing's `FERRYBUS_NAMING` spells it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -96,7 +96,7 @@ pub(crate) async fn run_migration(
 
 /// Connects to PostgreSQL at `url` (a small pool: the tool runs one query at a time).
 pub(crate) async fn connect(url: &str) -> Result<DatabaseConnection, CliError> {
-    let shown = redact::url(url);
+    let shown = redact(url);
     if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
         return Err(CliError::usage(format!(
             "--database-url {shown} is not a postgres:// URL"

@@ -453,6 +453,13 @@ async fn passwords_never_appear() {
     let line = failure(&out, 1);
     assert!(line.contains("guest:***@"), "{line}");
     assert!(!line.contains("wr0ng-s3cret"), "{line}");
+    for password in ["wr0ng;s3(cr)et", "wr0ng,s3cret!", "wr0ng=s3*cret"] {
+        let wrong = url.replacen("guest:guest@", &format!("guest:{password}@"), 1);
+        let out = run(&["--amqp-url", &wrong, "errors", "list", &q]).await;
+        let line = failure(&out, 1);
+        assert!(line.contains("guest:***@"), "{line}");
+        assert!(!line.contains(password), "{line}");
+    }
 
     for args in [
         vec!["--amqp-url", url.as_str(), "errors", "list", q.as_str()],

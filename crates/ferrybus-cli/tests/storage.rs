@@ -481,6 +481,14 @@ async fn database_passwords_never_appear() {
         line.starts_with("error: connecting to postgres://postgres:***@127.0.0.1:1/test: "),
         "{line}"
     );
+    // Passwords with RFC 3986 sub-delimiters are masked whole.
+    for password in ["s3c;r(e)t", "p!w$d&x'y", "a*b+c,d=e"] {
+        let unreachable = format!("postgres://postgres:{password}@127.0.0.1:1/test");
+        let out = run(&["--database-url", &unreachable, "outbox", "status"]).await;
+        let line = failure(&out, 1);
+        assert!(!line.contains(password), "{line}");
+        assert!(line.contains("postgres:***@127.0.0.1:1"), "{line}");
+    }
     let line = failure(
         &run(&["--database-url", "mysql://root:s3cr3t-pw@db/x", "migrate"]).await,
         2,

@@ -1,5 +1,6 @@
 //! MassTransit endpoint addresses: `rabbitmq://host/vhost/name?options`, `queue:name`,
-//! `exchange:name` (masstransit-wire §4.4).
+//! `exchange:name` (masstransit-wire §4.4); and [`redact`], which keeps the passwords of URLs out
+//! of every log line and message.
 
 use std::fmt;
 use std::sync::Arc;
@@ -7,6 +8,8 @@ use std::sync::Arc;
 use url::Url;
 
 use crate::shared_text::TextCache;
+
+pub use crate::secrets::{redact, url_passwords};
 
 /// An address that cannot be understood.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -14,25 +14,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::consume::BoxConsumeLayer;
 use crate::endpoint::{BoxEndpointLayer, EndpointConfig, EndpointContext};
-use crate::error::BoxError;
+use crate::error::{BoxError, ConfigError};
 use crate::outgoing::MessageFactory;
 use crate::outgoing::SharedSink;
 use crate::storage::{Background, Storage};
 
 /// Makes the layer an add-on puts on one endpoint, from the endpoint's input address.
 pub type EndpointLayerFn = Arc<dyn Fn(&str) -> BoxEndpointLayer + Send + Sync>;
-
-/// A bus configuration that cannot run: the reason in one line.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ConfigError(String);
-
-impl ConfigError {
-    /// A configuration error with this reason.
-    pub fn new(reason: impl Into<String>) -> Self {
-        Self(reason.into())
-    }
-}
 
 /// The transport-independent part of a bus configuration: receive endpoints and storage.
 ///
@@ -115,7 +103,8 @@ impl BusConfig {
     }
 
     /// Checks what can be checked before connecting: endpoint names unique and non-empty, a
-    /// storage for every endpoint that uses the inbox.
+    /// storage for every endpoint that uses the inbox, and each endpoint's own settings
+    /// ([`EndpointConfig::validate`]).
     pub fn validate(&self) -> Result<(), ConfigError> {
         let mut seen = HashSet::new();
         for endpoint in &self.endpoints {
@@ -131,6 +120,7 @@ impl BusConfig {
                     endpoint.name()
                 )));
             }
+            endpoint.validate()?;
         }
         Ok(())
     }

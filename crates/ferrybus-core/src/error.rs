@@ -436,6 +436,18 @@ impl From<serde_json::Error> for PublishError {
 
 pub(crate) use trace::truncate;
 
+/// A bus configuration that cannot run: the reason in one line.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ConfigError(String);
+
+impl ConfigError {
+    /// A configuration error with this reason.
+    pub fn new(reason: impl Into<String>) -> Self {
+        Self(reason.into())
+    }
+}
+
 /// The type name of an error known only as `dyn Error` (a cause in a chain, a boxed error):
 /// well-known types by downcasting, else the name its derived `Debug` starts with, else
 /// `Exception` (the text of a `Box<dyn Error>` made from a string, or an unknown type).

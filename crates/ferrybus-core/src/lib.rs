@@ -59,6 +59,7 @@ pub mod memory;
 pub mod message;
 pub mod outgoing;
 pub mod pause;
+mod secrets;
 mod shared_text;
 pub mod storage;
 

@@ -238,7 +238,7 @@ async fn open(settings: &HostSettings, index: usize) -> Result<Connection> {
                 ErrorKind::NotConnected,
                 format!(
                     "connecting to the broker at {host} ({})",
-                    crate::settings::redact(&e.to_string())
+                    ferrybus_core::address::redact(&e.to_string())
                 ),
             )
         })

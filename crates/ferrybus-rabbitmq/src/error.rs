@@ -3,7 +3,7 @@
 use std::error::Error as StdError;
 use std::fmt;
 
-use ferrybus_core::bus::ConfigError;
+use ferrybus_core::error::ConfigError;
 use ferrybus_core::error::{BoxError, PublishErrorKind};
 use ferrybus_core::PublishError;
 

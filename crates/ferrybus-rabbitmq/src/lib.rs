@@ -94,4 +94,4 @@ pub use event::Event;
 pub use properties::{RabbitMqProperties, DIRECT_REPLY_TO};
 pub use queue::{QueueEndpointExt, QueueOptions, QueueType, DEFAULT_QUORUM_DELIVERY_LIMIT};
 pub use request::{RequestClient, Response};
-pub use settings::{redact, HostSettings};
+pub use settings::HostSettings;

@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use ferrybus_core::address::redact;
 use ferrybus_core::integration::HostAddress;
 use url::Url;
 
@@ -171,51 +172,6 @@ impl std::fmt::Debug for HostSettings {
             .field("tls_roots", &self.tls_roots.is_some())
             .finish_non_exhaustive()
     }
-}
-
-/// A URI (or a comma-separated list of them) with every password replaced by `***`, for
-/// messages and logs. Text that does not parse as a URI has anything between `://user:` and
-/// `@` replaced.
-///
-/// ```
-/// use ferrybus_rabbitmq::redact;
-/// assert_eq!(redact("amqp://app:s3cret@node1/%2f"), "amqp://app:***@node1/%2f");
-/// assert_eq!(
-///     redact("amqp://a:x@n1/%2f,amqp://b:y@n2/%2f"),
-///     "amqp://a:***@n1/%2f,amqp://b:***@n2/%2f"
-/// );
-/// assert_eq!(redact("postgres://u:p%40ss@db:5432/app?sslmode=require"), "postgres://u:***@db:5432/app?sslmode=require");
-/// assert_eq!(redact("amqp://guest@host"), "amqp://guest@host");
-/// ```
-pub fn redact(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(start) = rest.find("://") {
-        let (before, after) = rest.split_at(start + 3);
-        out.push_str(before);
-        // The userinfo ends at the last '@' before the next '/', ',', '?', '#' or whitespace.
-        let authority_end = after
-            .find(|c: char| matches!(c, '/' | ',' | '?' | '#') || c.is_whitespace())
-            .unwrap_or(after.len());
-        let authority = &after[..authority_end];
-        match authority.rfind('@') {
-            Some(at) => {
-                let userinfo = &authority[..at];
-                match userinfo.find(':') {
-                    Some(colon) => {
-                        out.push_str(&userinfo[..colon]);
-                        out.push_str(":***");
-                    }
-                    None => out.push_str(userinfo),
-                }
-                out.push_str(&authority[at..]);
-            }
-            None => out.push_str(authority),
-        }
-        rest = &after[authority_end..];
-    }
-    out.push_str(rest);
-    out
 }
 
 /// The URIs of `input`: a comma-separated list of URIs, or one URI with several hosts.

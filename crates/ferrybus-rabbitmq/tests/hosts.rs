@@ -81,3 +81,47 @@ async fn connects_to_the_first_host_that_answers_and_fails_over_to_the_next() {
     bus.stop().await;
     probe.cleanup().await;
 }
+
+/// A password with RFC 3986 sub-delimiters is masked whole wherever the transport shows a URI:
+/// the builder's `Debug`, a configuration error, a connection error.
+#[tokio::test]
+async fn passwords_with_sub_delimiters_never_appear() {
+    for password in ["pa;ss(w)rd", "pa!ss$w&rd", "pa'ss*w+rd", "pa,ss=word"] {
+        let unreachable = format!("amqp://app:{password}@127.0.0.1:1/%2f");
+        let builder = RabbitMqBus::builder(&unreachable)
+            .connect_timeout(std::time::Duration::from_millis(200));
+        let shown = format!("{builder:?}");
+        assert!(!shown.contains(password), "{shown}");
+        assert!(shown.contains("app:***@"), "{shown}");
+        let error = builder.start().await.unwrap_err().to_string();
+        assert!(!error.contains(password), "{error}");
+
+        let malformed = format!("amqp://app:{password}@,:bad port/%2f");
+        let error = RabbitMqBus::builder(&malformed)
+            .start()
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(!error.contains(password), "{error}");
+    }
+}
+
+/// A prefetch count of 0 (AMQP: no limit) with no delivery running is refused before the bus
+/// connects, with the reason.
+#[tokio::test]
+async fn a_prefetch_of_zero_is_refused() {
+    let error = RabbitMqBus::builder(&amqp_url())
+        .receive_endpoint(&unique("prefetch-zero"), |e| {
+            e.prefetch(0).consumer(consumer_fn(
+                "Zero",
+                |_: ferrybus_core::ConsumeContext<Ping>| async {
+                    Ok::<_, ferrybus_core::ConsumeError>(())
+                },
+            ))
+        })
+        .start()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(error.contains("prefetch count of 0"), "{error}");
+}

@@ -1,5 +1,6 @@
 //! [`Config`]: everything billing reads from its environment, with working defaults.
 
+use ferrybus::address::{redact, url_passwords};
 use std::time::Duration;
 
 use ferrybus::sea_orm::{NamingStyle, Tables};
@@ -203,41 +204,15 @@ impl Config {
     /// assert!(!shown.contains("s3cret"), "{shown}");
     /// ```
     pub fn redact(&self, text: &str) -> String {
-        let mut shown = ferrybus::rabbitmq::redact(text);
+        let mut shown = redact(text);
         for url in [&self.amqp_url, &self.database_url] {
-            for password in passwords(url) {
+            // A short password would mask unrelated text: those go only where a URL shows them.
+            for password in url_passwords(url).into_iter().filter(|p| p.len() >= 3) {
                 shown = shown.replace(&password, "***");
             }
         }
         shown
     }
-}
-
-/// The passwords in `urls` (one URL or a comma-separated list), raw and percent-decoded.
-fn passwords(urls: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    for part in urls.split(',') {
-        let Some((_, rest)) = part.split_once("://") else {
-            continue;
-        };
-        let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
-        let Some((userinfo, _)) = authority.rsplit_once('@') else {
-            continue;
-        };
-        let Some((_, password)) = userinfo.split_once(':') else {
-            continue;
-        };
-        if password.len() >= 3 {
-            found.push(password.to_owned());
-            let decoded = percent_encoding::percent_decode_str(password)
-                .decode_utf8_lossy()
-                .into_owned();
-            if decoded != password {
-                found.push(decoded);
-            }
-        }
-    }
-    found
 }
 
 fn flag(name: &'static str, value: &str) -> Result<bool, ConfigError> {
@@ -287,7 +262,7 @@ pub fn tables_from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Tab
 fn invalid(name: &'static str, value: &str, reason: &'static str) -> ConfigError {
     ConfigError {
         name,
-        value: ferrybus::rabbitmq::redact(value),
+        value: redact(value),
         reason,
     }
 }
@@ -347,6 +322,25 @@ mod tests {
         let shown = config.redact(text);
         for secret in ["first1", "p%40ss2", "p@ss2", "dbsecret", "other"] {
             assert!(!shown.contains(secret), "{shown}");
+        }
+    }
+
+    #[test]
+    fn redacts_passwords_with_sub_delimiters() {
+        for password in [
+            "pa!ss", "pa$s&s", "pa'ss", "p(a)ss", "p*a+ss", "pa,ss", "pa;ss", "pa=ss",
+        ] {
+            let config = Config::from_lookup(|name| match name {
+                "AMQP_URL" => Some(format!("amqp://app:{password}@n1/%2f")),
+                "DATABASE_URL" => Some(format!("postgres://billing:{password}@db/app")),
+                _ => None,
+            })
+            .unwrap();
+            let text = format!(
+                "cannot connect to amqp://app:{password}@n1/%2f nor postgres://billing:{password}@db/app ({password})"
+            );
+            let shown = config.redact(&text);
+            assert!(!shown.contains(password), "{shown}");
         }
     }
 

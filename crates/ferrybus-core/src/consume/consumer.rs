@@ -14,7 +14,7 @@ use super::request::{ConsumeRequest, ConsumerInfo};
 use crate::envelope::{Envelope, Headers};
 use crate::error::ConsumeError;
 use crate::error::PublishError;
-use crate::message::{short_type_name, Message};
+use crate::message::{dotted_type_name, Message};
 use crate::outgoing::Publish;
 use crate::outgoing::{MessageFactory, MessageOrigin, OutgoingMessage, SendOptions};
 
@@ -43,11 +43,17 @@ pub trait Consumer<M: Message>: Send + Sync + 'static {
         ctx: ConsumeContext<M>,
     ) -> impl Future<Output = Result<(), ConsumeError>> + Send;
 
-    /// The consumer's name, used in `MT-Fault-ConsumerType` and in the inbox consumer id.
-    /// Defaults to the Rust type's name; return the .NET consumer's full type name to share an
-    /// inbox with a .NET instance of the same consumer.
+    /// The consumer's name, used in `MT-Fault-ConsumerType`, the consume metrics and the inbox
+    /// consumer id. By default the Rust type's full path, generics included, with `.` between
+    /// its segments (`billing.InvoiceConsumer`, `relay.Forward<shop.OrderPlaced>`), as .NET names
+    /// a consumer by namespace and type: two consumers of one message on one endpoint need
+    /// different names ([`EndpointConfig::validate`](crate::EndpointConfig::validate) refuses
+    /// two that would share an inbox consumer id). The path is the compiler's
+    /// (`std::any::type_name`), which a compiler upgrade may spell differently: return a fixed
+    /// name for a consumer whose inbox rows must outlive that, and the .NET consumer's full type
+    /// name to share an inbox with a .NET instance of the same consumer.
     fn name(&self) -> Cow<'static, str> {
-        Cow::Borrowed(short_type_name::<Self>())
+        Cow::Owned(dotted_type_name::<Self>())
     }
 }
 

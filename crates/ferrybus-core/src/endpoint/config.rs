@@ -19,7 +19,7 @@ use crate::consume::{
     BoxConsumeLayer, BoxConsumeService, ConsumeOutcome, ConsumeRequest, Consumer, ConsumerInfo,
     ConsumerService, RetryPolicy,
 };
-use crate::error::ConsumeError;
+use crate::error::{ConfigError, ConsumeError};
 use crate::message::{Message, MessageType};
 use crate::outgoing::MessageFactory;
 use crate::outgoing::SharedSink;
@@ -166,7 +166,8 @@ impl EndpointConfig {
     }
 
     /// How many unacknowledged deliveries the broker may push (AMQP prefetch, MassTransit's
-    /// `PrefetchCount`).
+    /// `PrefetchCount`); at least 1 ([`validate`](Self::validate) refuses 0, which AMQP reads as
+    /// no limit).
     pub fn prefetch(mut self, prefetch: u16) -> Self {
         self.prefetch = Some(prefetch);
         self
@@ -457,6 +458,51 @@ impl EndpointConfig {
             transience = transience.with(classifier.clone());
         }
         TransientGuardLayer::new(control.clone(), transience, self.transient_strikes)
+    }
+
+    /// Checks the endpoint's settings before anything connects: a prefetch count of at least 1,
+    /// and one inbox consumer id per consumer (two consumers with one name and message type would
+    /// share their inbox rows, and one of them would never run).
+    ///
+    /// ```
+    /// use ferrybus_core::{consumer_fn, ConsumeContext, ConsumeError, EndpointConfig};
+    /// # #[derive(serde::Serialize, serde::Deserialize, ferrybus_core::Message)]
+    /// # #[message(namespace = "Shop")]
+    /// # struct OrderPlaced {}
+    /// let handler = || consumer_fn("Handler", |_: ConsumeContext<OrderPlaced>| async { Ok::<_, ConsumeError>(()) });
+    /// let twice = EndpointConfig::new("orders").consumer(handler()).consumer(handler());
+    /// assert!(twice.validate().unwrap_err().to_string().contains("share the inbox consumer id"));
+    /// assert!(EndpointConfig::new("orders").prefetch(0).validate().is_err());
+    /// ```
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.prefetch == Some(0) {
+            return Err(ConfigError::new(format!(
+                "endpoint {:?}: a prefetch count of 0 would let the broker push the whole queue \
+                 (AMQP reads 0 as no limit) while no delivery runs; set at least 1, or leave it \
+                 unset (the concurrency limit × 1.2, else max(2 × cores, 16))",
+                self.name
+            )));
+        }
+        let mut seen: Vec<&ConsumerInfo> = Vec::new();
+        for consumer in self.consumers() {
+            if let Some(other) = seen
+                .iter()
+                .find(|c| c.consumer_id() == consumer.consumer_id())
+            {
+                return Err(ConfigError::new(format!(
+                    "endpoint {:?}: consumers {:?} and {:?} of {} share the inbox consumer id {} \
+                     (one would never run behind the inbox); give one of them another name \
+                     (Consumer::name)",
+                    self.name,
+                    other.name(),
+                    consumer.name(),
+                    consumer.message_type().dotnet_name(),
+                    consumer.consumer_id()
+                )));
+            }
+            seen.push(consumer);
+        }
+        Ok(())
     }
 
     /// Whether `Fault<T>` is published when a consumer fails for good.

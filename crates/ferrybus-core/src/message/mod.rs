@@ -27,7 +27,7 @@ use std::sync::Arc;
 use serde::{de::DeserializeOwned, Serialize};
 
 pub use ferrybus_dotnet::{bind, bind_value, ParseTypeNameError, TypeName, URN_PREFIX};
-pub use naming::{consumer_id, kebab_case, short_type_name};
+pub use naming::{consumer_id, dotted_type_name, kebab_case, short_type_name};
 
 /// A Rust type that travels as a MassTransit message.
 ///

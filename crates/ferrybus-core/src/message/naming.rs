@@ -49,6 +49,18 @@ pub fn short_type_name<T: ?Sized>() -> &'static str {
         .unwrap_or(without_generics)
 }
 
+/// A Rust type's full path, generics included, with `.` between its segments, as .NET writes
+/// a namespace-qualified type name: `billing::InvoiceConsumer` → `billing.InvoiceConsumer`.
+///
+/// ```
+/// mod billing { pub struct InvoiceConsumer; }
+/// let name = ferrybus_core::message::dotted_type_name::<billing::InvoiceConsumer>();
+/// assert!(name.ends_with("billing.InvoiceConsumer"), "{name}");
+/// ```
+pub fn dotted_type_name<T: ?Sized>() -> String {
+    std::any::type_name::<T>().replace("::", ".")
+}
+
 /// The inbox consumer id MassTransit derives for a consumer on an endpoint: MD5 of
 /// `"<ConsumerType>:<MessageType>:<queue>"` read as a .NET (mixed-endian) GUID.
 ///
