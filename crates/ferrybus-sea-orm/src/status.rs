@@ -26,6 +26,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use sea_orm::sea_query::ExprTrait;
 use sea_orm::sea_query::{
     Alias, Asterisk, DynIden, Expr, Func, IntoIden, Order, Query, SelectStatement, SimpleExpr,
+    SubQueryStatement,
 };
 use sea_orm::{
     AccessMode, ConnectionTrait, DatabaseConnection, DatabaseTransaction, FromQueryResult,
@@ -170,6 +171,27 @@ pub struct ConsumerOutboxStatus {
     pub oldest_pending: Option<DateTime<Utc>>,
     /// Of those, how many were consumed longer ago than [`Windows::stranded_after`].
     pub stranded: i64,
+    /// The oldest of the stranded ones (at most [`STRANDED_LISTED`]), oldest first: entries the
+    /// sweeper keeps failing on, and has set aside, are among them.
+    pub stranded_entries: Vec<StrandedEntry>,
+}
+
+/// How many stranded consumer-outbox entries [`ConsumerOutboxStatus::stranded_entries`] lists.
+pub const STRANDED_LISTED: u64 = 20;
+
+/// A consumer-outbox entry consumed longer ago than [`Windows::stranded_after`] and still not
+/// delivered: an inbox row and its waiting messages.
+#[derive(Clone, Debug, PartialEq, Eq, FromQueryResult)]
+#[non_exhaustive]
+pub struct StrandedEntry {
+    /// The inbox row's `MessageId`.
+    pub message_id: uuid::Uuid,
+    /// Its `ConsumerId`.
+    pub consumer_id: uuid::Uuid,
+    /// When it was consumed.
+    pub consumed: Option<DateTime<Utc>>,
+    /// Its messages still waiting.
+    pub messages: i64,
 }
 
 /// Inbox figures of an [`OutboxStatus`].
@@ -224,6 +246,9 @@ pub async fn outbox_status_with(
     tables: &Tables,
     windows: Windows,
 ) -> Result<OutboxStatus, StoreError> {
+    let now = Utc::now();
+    before(now, windows.stranded_after, "stranded-after age")?;
+    before(now, windows.cleanup_window, "cleanup window")?;
     let timestamps = read_timestamp_type(db, tables).await?;
     let names = &Names::new(&tables.clone().timestamps(timestamps));
     let txn = db
@@ -232,11 +257,25 @@ pub async fn outbox_status_with(
             Some(AccessMode::ReadOnly),
         )
         .await?;
-    let result = read(&txn, names, windows).await;
+    let result = read(&txn, names, windows, now).await;
     // Read-only: nothing to keep.
     let _ = txn.rollback().await;
-    let (counts, being_delivered) = result?;
-    Ok(counts.into_status(windows, being_delivered))
+    let (counts, being_delivered, stranded) = result?;
+    Ok(counts.into_status(windows, being_delivered, stranded))
+}
+
+/// `now - window`, or a [`StoreErrorKind::Config`] error naming `what` when that is before
+/// the earliest time there is.
+fn before(now: DateTime<Utc>, window: Duration, what: &str) -> Result<DateTime<Utc>, StoreError> {
+    chrono::Duration::from_std(window)
+        .ok()
+        .and_then(|window| now.checked_sub_signed(window))
+        .ok_or_else(|| {
+            StoreError::config(format!(
+                "the {what} ({}s) reaches before the earliest time there is",
+                window.as_secs()
+            ))
+        })
 }
 
 /// The one row of [`counts`].
@@ -260,7 +299,12 @@ struct Counts {
 }
 
 impl Counts {
-    fn into_status(self, windows: Windows, being_delivered: Vec<LockHolder>) -> OutboxStatus {
+    fn into_status(
+        self,
+        windows: Windows,
+        being_delivered: Vec<LockHolder>,
+        stranded_entries: Vec<StrandedEntry>,
+    ) -> OutboxStatus {
         OutboxStatus {
             read_at: self.read_at,
             windows,
@@ -277,6 +321,7 @@ impl Counts {
                 pending_inbox_rows: self.inbox_pending,
                 oldest_pending: self.oldest_pending,
                 stranded: self.inbox_stranded,
+                stranded_entries,
             },
             inbox: InboxStatus {
                 rows: self.inbox_rows,
@@ -293,9 +338,10 @@ async fn read(
     txn: &DatabaseTransaction,
     names: &Names,
     windows: Windows,
-) -> Result<(Counts, Vec<LockHolder>), StoreError> {
+    now: DateTime<Utc>,
+) -> Result<(Counts, Vec<LockHolder>, Vec<StrandedEntry>), StoreError> {
     let row = txn
-        .query_one_raw(build(&counts(names, windows, Utc::now())))
+        .query_one_raw(build(&counts(names, windows, now)))
         .await?
         .ok_or_else(|| StoreError::new(StoreErrorKind::Database, "status returned no row"))?;
     let counts = Counts::from_query_result(&row, "")?;
@@ -303,7 +349,54 @@ async fn read(
     for row in txn.query_all_raw(build(&lock_holders(names))).await? {
         holders.push(LockHolder::from_query_result(&row, "")?);
     }
-    Ok((counts, holders))
+    let mut stranded = Vec::new();
+    let stranded_before = before(now, windows.stranded_after, "stranded-after age")?;
+    for row in txn
+        .query_all_raw(build(&stranded_entries(names, stranded_before)))
+        .await?
+    {
+        stranded.push(StrandedEntry::from_query_result(&row, "")?);
+    }
+    Ok((counts, holders, stranded))
+}
+
+/// The oldest [`STRANDED_LISTED`] inbox rows consumed before `before` and not delivered, with
+/// their waiting messages (`IX_InboxState_Delivered`, then the messages' index per row):
+///
+/// ```text
+/// SELECT i.message_id, i.consumer_id, i.consumed, (SELECT count(*) FROM outbox_message AS m
+///   WHERE m.inbox_message_id = i.message_id AND m.inbox_consumer_id = i.consumer_id) AS messages
+/// FROM inbox_state AS i WHERE i.delivered IS NULL AND i.consumed < $1 ORDER BY i.consumed LIMIT 20
+/// ```
+fn stranded_entries(names: &Names, before: DateTime<Utc>) -> SelectStatement {
+    let n = names;
+    let i = |c: inbox_state::Column| n.ac("i", c);
+    let waiting = Query::select()
+        .expr(Func::count(Expr::col(Asterisk)))
+        .from(n.table_as(OutboxMessage, "m"))
+        .and_where(
+            Expr::expr(n.ac("m", outbox_message::Column::InboxMessageId))
+                .eq(i(inbox_state::Column::MessageId)),
+        )
+        .and_where(
+            Expr::expr(n.ac("m", outbox_message::Column::InboxConsumerId))
+                .eq(i(inbox_state::Column::ConsumerId)),
+        )
+        .to_owned();
+    Query::select()
+        .expr_as(i(inbox_state::Column::MessageId), a("message_id"))
+        .expr_as(i(inbox_state::Column::ConsumerId), a("consumer_id"))
+        .expr_as(n.ts_read(i(inbox_state::Column::Consumed)), a("consumed"))
+        .expr_as(
+            SimpleExpr::SubQuery(None, Box::new(SubQueryStatement::SelectStatement(waiting))),
+            a("messages"),
+        )
+        .from(n.table_as(InboxState, "i"))
+        .and_where(Expr::expr(i(inbox_state::Column::Delivered)).is_null())
+        .and_where(Expr::expr(i(inbox_state::Column::Consumed)).lt(n.ts(before)))
+        .order_by_expr(i(inbox_state::Column::Consumed), Order::Asc)
+        .limit(STRANDED_LISTED)
+        .to_owned()
 }
 
 fn a(name: &'static str) -> DynIden {
@@ -325,8 +418,13 @@ fn min_where(names: &Names, col: SimpleExpr, cond: SimpleExpr) -> SimpleExpr {
 /// windows end at `now` (this process's clock, as the sweeper and the cleanup count them).
 fn counts(names: &Names, windows: Windows, now: DateTime<Utc>) -> SelectStatement {
     let n = names;
-    let before =
-        |window: Duration| now - chrono::Duration::from_std(window).unwrap_or(TimeDelta::MAX);
+    // Checked by `before` first; the earliest time for a window past it.
+    let before = |window: Duration| {
+        chrono::Duration::from_std(window)
+            .ok()
+            .and_then(|window| now.checked_sub_signed(window))
+            .unwrap_or(DateTime::<Utc>::MIN_UTC)
+    };
     let all: SimpleExpr = Func::count(Expr::col(Asterisk)).into();
 
     let state_delivered = || Expr::col(n.c(outbox_state::Column::Delivered));

@@ -472,3 +472,49 @@ async fn a_failed_commit_does_not_poison_later_deliveries() {
     }
     rig.probe.cleanup().await;
 }
+
+/// Item 1, the relay's form: a bus-outbox row that cannot be read (its `SentTime` is
+/// `infinity`, out of chrono's range) fails its own outbox, not the relay's pass: the outbox
+/// written after it is delivered, the unreadable one stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_bus_outbox_row_does_not_stop_the_relay() {
+    ferrybus_testing::init_tracing();
+    let rig = Arc::new(Rig::new().await);
+    let dest = rig.destination("seam-relay");
+    let factory = MessageFactory::new(ferrybus_core::address::HostAddress::new(
+        "rabbitmq",
+        "localhost",
+        None,
+        "/",
+    ));
+    let storage = rig.tdb.storage().await.inbox_cleanup(false);
+    let outbox = ferrybus_sea_orm::BusOutbox::new(&storage, &factory);
+    for n in 0..2 {
+        let txn = sea_orm::TransactionTrait::begin(&rig.tdb.db).await.unwrap();
+        ferrybus_core::Publish::send(&outbox.on(&txn), &format!("queue:{dest}"), &Step { n })
+            .await
+            .unwrap();
+        txn.commit().await.unwrap();
+    }
+    // The first outbox's message becomes unreadable.
+    rig.tdb
+        .exec(&format!(
+            "UPDATE {} SET sent_time = 'infinity' WHERE sequence_number = (SELECT min(sequence_number) FROM {})",
+            rig.tdb.t("message"),
+            rig.tdb.t("message")
+        ))
+        .await;
+    let bus = RabbitMqBus::builder(&amqp_url())
+        .storage(storage.delivery_backoff(Duration::from_millis(50), Duration::from_millis(100)))
+        .start()
+        .await
+        .unwrap();
+    eventually("the readable outbox is delivered", Duration::from_secs(30), || async {
+        (rig.probe.queue_count(&dest).await == Some(1)).then_some(())
+    })
+    .await;
+    bus.stop().await;
+    assert_eq!(rig.steps(&dest).await, [1]);
+    assert_eq!(rig.tdb.rows("message").await, 1, "the unreadable row stays");
+    rig.probe.cleanup().await;
+}
