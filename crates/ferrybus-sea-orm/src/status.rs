@@ -278,6 +278,148 @@ fn before(now: DateTime<Utc>, window: Duration, what: &str) -> Result<DateTime<U
         })
 }
 
+/// How long each statement of [`backlog`] may run (`SET LOCAL statement_timeout`): 2 s.
+pub const BACKLOG_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The messages waiting in the outbox tables, read cheaply enough for a readiness probe
+/// ([`backlog`]); [`outbox_status`] has the exact figures.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Backlog {
+    /// The database's time of the reading (`now()`).
+    pub read_at: DateTime<Utc>,
+    /// Bus-outbox messages waiting, counted up to [`limit`](Self::limit).
+    pub bus_messages: i64,
+    /// When the first of them was sent (`SentTime` of the lowest sequence number).
+    pub oldest_bus_message: Option<DateTime<Utc>>,
+    /// Consumer-outbox messages waiting, counted up to [`limit`](Self::limit).
+    pub consumer_messages: i64,
+    /// When the first of them was sent.
+    pub oldest_consumer_message: Option<DateTime<Utc>>,
+    /// Where counting stopped: a count equal to it means "at least this many".
+    pub limit: i64,
+}
+
+impl Backlog {
+    /// How long before [`read_at`](Self::read_at) `at` was.
+    pub fn age(&self, at: Option<DateTime<Utc>>) -> Option<TimeDelta> {
+        at.map(|at| self.read_at - at)
+    }
+}
+
+/// Reads the [`Backlog`] of `tables`, counting at most `limit` messages of each outbox: bounded
+/// work whatever the size of the tables, for a readiness probe. It reads only
+/// `OutboxMessage` (which holds waiting messages only; never the inbox, which keeps every
+/// message of the duplicate-detection window), through its indexes, each count stopped at
+/// `limit` (`LIMIT`), the oldest message by the primary key (`ORDER BY SequenceNumber LIMIT
+/// 1`), in a read-only transaction whose statements stop after [`BACKLOG_TIMEOUT`].
+///
+/// ```no_run
+/// # async fn run(db: sea_orm::DatabaseConnection) -> Result<(), ferrybus_sea_orm::StoreError> {
+/// use ferrybus_sea_orm::{status, Tables};
+/// let backlog = status::backlog(&db, &Tables::new(), 10_001).await?;
+/// if backlog.bus_messages >= backlog.limit {
+///     println!("more than 10 000 bus-outbox messages waiting");
+/// }
+/// # Ok(()) }
+/// ```
+pub async fn backlog(
+    db: &DatabaseConnection,
+    tables: &Tables,
+    limit: u64,
+) -> Result<Backlog, StoreError> {
+    let timestamps = read_timestamp_type(db, tables).await?;
+    let names = &Names::new(&tables.clone().timestamps(timestamps));
+    let txn = db
+        .begin_with_config(None, Some(AccessMode::ReadOnly))
+        .await?;
+    let result = read_backlog(&txn, names, limit).await;
+    let _ = txn.rollback().await;
+    result
+}
+
+#[derive(FromQueryResult)]
+struct BacklogRow {
+    read_at: DateTime<Utc>,
+    bus_messages: i64,
+    oldest_bus_message: Option<DateTime<Utc>>,
+    consumer_messages: i64,
+    oldest_consumer_message: Option<DateTime<Utc>>,
+}
+
+async fn read_backlog(
+    txn: &DatabaseTransaction,
+    names: &Names,
+    limit: u64,
+) -> Result<Backlog, StoreError> {
+    let timeout = format!("{}", BACKLOG_TIMEOUT.as_millis());
+    let set = Query::select()
+        .expr(Func::cust(a("set_config")).args([
+            Expr::val("statement_timeout"),
+            Expr::val(timeout),
+            Expr::val(true),
+        ]))
+        .to_owned();
+    txn.query_one_raw(build(&set)).await?;
+    let row = txn
+        .query_one_raw(build(&backlog_query(names, limit)))
+        .await?
+        .ok_or_else(|| StoreError::new(StoreErrorKind::Database, "backlog returned no row"))?;
+    let row = BacklogRow::from_query_result(&row, "")?;
+    Ok(Backlog {
+        read_at: row.read_at,
+        bus_messages: row.bus_messages,
+        oldest_bus_message: row.oldest_bus_message,
+        consumer_messages: row.consumer_messages,
+        oldest_consumer_message: row.oldest_consumer_message,
+        limit: i64::try_from(limit).unwrap_or(i64::MAX),
+    })
+}
+
+/// The [`backlog`] statement: each figure a scalar subquery bounded by a `LIMIT`.
+///
+/// ```text
+/// SELECT now() AS read_at,
+///   (SELECT count(*) FROM (SELECT 1 FROM outbox_message WHERE outbox_id IS NOT NULL LIMIT $n) AS b) AS bus_messages,
+///   (SELECT sent_time FROM outbox_message WHERE outbox_id IS NOT NULL ORDER BY sequence_number LIMIT 1) AS oldest_bus_message,
+///   … the same with inbox_message_id IS NOT NULL for the consumer outbox
+/// ```
+pub(crate) fn backlog_query(names: &Names, limit: u64) -> SelectStatement {
+    let n = names;
+    let sub = |q: SelectStatement| SimpleExpr::SubQuery(None, Box::new(SubQueryStatement::SelectStatement(q)));
+    let count = |col: outbox_message::Column| {
+        let rows = Query::select()
+            .expr(Expr::val(1))
+            .from(n.table(OutboxMessage))
+            .and_where(Expr::col(n.c(col)).is_not_null())
+            .limit(limit)
+            .to_owned();
+        sub(Query::select()
+            .expr(Func::count(Expr::col(Asterisk)))
+            .from_subquery(rows, a("b"))
+            .to_owned())
+    };
+    let oldest = |col: outbox_message::Column| {
+        sub(Query::select()
+            .expr(n.ts_read(n.e(outbox_message::Column::SentTime)))
+            .from(n.table(OutboxMessage))
+            .and_where(Expr::col(n.c(col)).is_not_null())
+            .order_by(n.c(outbox_message::Column::SequenceNumber), Order::Asc)
+            .limit(1)
+            .to_owned())
+    };
+    Query::select()
+        .expr_as(Expr::current_timestamp(), a("read_at"))
+        .expr_as(count(outbox_message::Column::OutboxId), a("bus_messages"))
+        .expr_as(oldest(outbox_message::Column::OutboxId), a("oldest_bus_message"))
+        .expr_as(count(outbox_message::Column::InboxMessageId), a("consumer_messages"))
+        .expr_as(
+            oldest(outbox_message::Column::InboxMessageId),
+            a("oldest_consumer_message"),
+        )
+        .to_owned()
+}
+
 /// The one row of [`counts`].
 #[derive(FromQueryResult)]
 struct Counts {
