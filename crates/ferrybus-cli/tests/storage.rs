@@ -401,7 +401,10 @@ async fn outbox_status_counts_what_waits_and_who_delivers() {
         .await,
     );
     assert_eq!(json["consumerOutbox"]["stranded"], 0);
-    assert_eq!(json["consumerOutbox"]["strandedEntries"], serde_json::json!([]));
+    assert_eq!(
+        json["consumerOutbox"]["strandedEntries"],
+        serde_json::json!([])
+    );
     assert_eq!(json["inbox"]["pastCleanupWindow"], 0);
 
     let table = success(&run(&["outbox", "status", "--schema", s]).await);
@@ -453,7 +456,10 @@ async fn outbox_status_reads_dotnet_tables() {
 async fn outbox_status_refuses_windows_too_long_to_count_with() {
     let schema = TestSchema::new(Shape::Snake).await;
     let s = schema.schema.as_str();
-    for (flag, value) in [("--cleanup-window", "300000y"), ("--stranded-after", "300000y")] {
+    for (flag, value) in [
+        ("--cleanup-window", "300000y"),
+        ("--stranded-after", "300000y"),
+    ] {
         let out = run(&["outbox", "status", "--schema", s, flag, value]).await;
         let line = failure(&out, 2);
         assert!(
@@ -462,7 +468,17 @@ async fn outbox_status_refuses_windows_too_long_to_count_with() {
         );
     }
     // A long window that fits still works.
-    success(&run(&["outbox", "status", "--schema", s, "--cleanup-window", "1000y"]).await);
+    success(
+        &run(&[
+            "outbox",
+            "status",
+            "--schema",
+            s,
+            "--cleanup-window",
+            "1000y",
+        ])
+        .await,
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

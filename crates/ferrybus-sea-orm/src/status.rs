@@ -386,7 +386,9 @@ async fn read_backlog(
 /// ```
 pub(crate) fn backlog_query(names: &Names, limit: u64) -> SelectStatement {
     let n = names;
-    let sub = |q: SelectStatement| SimpleExpr::SubQuery(None, Box::new(SubQueryStatement::SelectStatement(q)));
+    let sub = |q: SelectStatement| {
+        SimpleExpr::SubQuery(None, Box::new(SubQueryStatement::SelectStatement(q)))
+    };
     let count = |col: outbox_message::Column| {
         let rows = Query::select()
             .expr(Expr::val(1))
@@ -411,8 +413,14 @@ pub(crate) fn backlog_query(names: &Names, limit: u64) -> SelectStatement {
     Query::select()
         .expr_as(Expr::current_timestamp(), a("read_at"))
         .expr_as(count(outbox_message::Column::OutboxId), a("bus_messages"))
-        .expr_as(oldest(outbox_message::Column::OutboxId), a("oldest_bus_message"))
-        .expr_as(count(outbox_message::Column::InboxMessageId), a("consumer_messages"))
+        .expr_as(
+            oldest(outbox_message::Column::OutboxId),
+            a("oldest_bus_message"),
+        )
+        .expr_as(
+            count(outbox_message::Column::InboxMessageId),
+            a("consumer_messages"),
+        )
         .expr_as(
             oldest(outbox_message::Column::InboxMessageId),
             a("oldest_consumer_message"),

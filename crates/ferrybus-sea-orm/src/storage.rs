@@ -218,8 +218,15 @@ impl PostgresStorage {
     /// delivered, and the sweeper of any instance sends them, in order, about a second later
     /// ([`sweep_after`](Self::sweep_after)). Nothing is acknowledged before it is committed;
     /// nothing is lost; the consumer never runs twice. With this on (or with the outbox
-    /// delivery off in this instance) each delivery sends its own messages, then is
-    /// acknowledged: a crash is completed by the broker's redelivery instead.
+    /// delivery or the sweeper off in this instance) each delivery sends its own messages, then
+    /// is acknowledged: a crash is completed by the broker's redelivery instead. The only
+    /// delivery of its endpoint in flight (every delivery at concurrency 1) always sends first,
+    /// so a sequential endpoint sends in the order it committed.
+    ///
+    /// Either way a send that fails after the commit is tried again (up to
+    /// [`send_attempts`](Self::send_attempts)) and then, where the sweeper runs, the delivery
+    /// is acknowledged and the sweeper sends the rows: the consumer's work committed, so the
+    /// message is never faulted for it.
     pub fn deliver_before_ack(self, enabled: bool) -> Self {
         self.configure(|s| s.deliver_before_ack = enabled)
     }

@@ -223,7 +223,10 @@ async fn a_killed_service_leaves_nothing_undelivered() {
     assert_eq!(probe.queue_count(&queue).await, Some(0));
     let sent_before = probe.queue_count(&sink).await.unwrap_or(0);
     assert_eq!(sent_before % STEPS, 0, "whole deliveries only");
-    assert!(sent_before < ORDERS * STEPS, "most were left to the sweeper");
+    assert!(
+        sent_before < ORDERS * STEPS,
+        "most were left to the sweeper"
+    );
     let pending: i64 = schema
         .count(
             &format!(

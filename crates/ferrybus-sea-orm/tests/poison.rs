@@ -171,7 +171,14 @@ async fn a_poison_entry_does_not_stop_the_sweeper() {
         (set_aside == 1).then_some(())
     })
     .await;
-    let errors = || counted(&provider, &exporter, "messaging.masstransit.outbox.delivery.errors", None);
+    let errors = || {
+        counted(
+            &provider,
+            &exporter,
+            "messaging.masstransit.outbox.delivery.errors",
+            None,
+        )
+    };
     assert_eq!(errors(), 3, "tried send_attempts times");
 
     // Set aside, it blocks nothing: an entry stranded now is swept, the poison is not tried.

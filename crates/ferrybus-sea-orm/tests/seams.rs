@@ -112,7 +112,10 @@ impl Rig {
         ctx.db()
             .execute_raw(Statement::from_sql_and_values(
                 DbBackend::Postgres,
-                format!("INSERT INTO {} (order_id) VALUES ($1)", self.tdb.invoices_table()),
+                format!(
+                    "INSERT INTO {} (order_id) VALUES ($1)",
+                    self.tdb.invoices_table()
+                ),
                 [order.into()],
             ))
             .await?;
@@ -257,11 +260,18 @@ async fn a_refused_send_after_commit_is_acknowledged_and_left_to_the_sweeper() {
         .unwrap();
     let mut events = bus.events();
     let ids = rig.publish([7]).await;
-    assert_eq!(settled(&mut events, &ids).await, [true], "acknowledged, not faulted");
+    assert_eq!(
+        settled(&mut events, &ids).await,
+        [true],
+        "acknowledged, not faulted"
+    );
     bus.stop().await;
     assert_eq!(runs.load(Ordering::SeqCst), 1, "the consumer ran once");
     let error_queue = format!("{}_error", rig.input);
-    assert!(matches!(rig.probe.queue_count(&error_queue).await, None | Some(0)));
+    assert!(matches!(
+        rig.probe.queue_count(&error_queue).await,
+        None | Some(0)
+    ));
     assert_eq!(rig.probe.queue_count(&rig.input).await, Some(0));
     assert_eq!(rig.tdb.invoices().await, 1, "the consumer's work committed");
     assert_eq!(rig.waiting().await, 1, "its message waits in the outbox");
@@ -307,7 +317,10 @@ async fn without_a_sweeper_a_failed_send_is_not_acknowledged_away() {
         .receive_endpoint(&rig.input, |e| {
             e.concurrency(2)
                 .bind_message_types(false)
-                .retry(RetryPolicy::intervals(vec![Duration::from_millis(300); 100]))
+                .retry(RetryPolicy::intervals(vec![
+                    Duration::from_millis(300);
+                    100
+                ]))
                 .inbox()
                 .consumer(stepper(&rig, &dest, None, runs.clone()))
         })
@@ -468,7 +481,11 @@ async fn a_failed_commit_does_not_poison_later_deliveries() {
     // Whatever order 0's delivery reported, acknowledged means committed.
     if outcome[0] {
         let (_, order) = seen.iter().rev().find(|(m, _)| *m == 0).copied().unwrap();
-        assert_eq!(committed(order).await, 1, "order 0 acknowledged without its invoice");
+        assert_eq!(
+            committed(order).await,
+            1,
+            "order 0 acknowledged without its invoice"
+        );
     }
     rig.probe.cleanup().await;
 }
@@ -509,9 +526,11 @@ async fn an_unreadable_bus_outbox_row_does_not_stop_the_relay() {
         .start()
         .await
         .unwrap();
-    eventually("the readable outbox is delivered", Duration::from_secs(30), || async {
-        (rig.probe.queue_count(&dest).await == Some(1)).then_some(())
-    })
+    eventually(
+        "the readable outbox is delivered",
+        Duration::from_secs(30),
+        || async { (rig.probe.queue_count(&dest).await == Some(1)).then_some(()) },
+    )
     .await;
     bus.stop().await;
     assert_eq!(rig.steps(&dest).await, [1]);

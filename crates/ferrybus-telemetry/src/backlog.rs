@@ -79,7 +79,8 @@ pub(crate) async fn postgres_parts(
         Some(part) => part,
         None => {
             let part = outbox_part(storage, threshold).await;
-            *cached.0.lock().unwrap_or_else(|e| e.into_inner()) = Some((Instant::now(), part.clone()));
+            *cached.0.lock().unwrap_or_else(|e| e.into_inner()) =
+                Some((Instant::now(), part.clone()));
             part
         }
     };
@@ -132,14 +133,19 @@ async fn outbox_part(storage: &PostgresStorage, threshold: BacklogThreshold) -> 
         oldest = oldest.max(age);
     }
     let over = pending > threshold.pending || oldest > threshold.oldest_age.as_secs_f64();
-    let counted = if backlog.bus_messages >= backlog.limit || backlog.consumer_messages >= backlog.limit {
-        format!("at least {} messages waiting", backlog.limit)
-    } else {
-        format!("{pending} messages waiting")
-    };
+    let counted =
+        if backlog.bus_messages >= backlog.limit || backlog.consumer_messages >= backlog.limit {
+            format!("at least {} messages waiting", backlog.limit)
+        } else {
+            format!("{pending} messages waiting")
+        };
     let reason = format!("{counted}, the oldest for {oldest:.0} s");
     if over {
-        PartHealth::new("outbox", HealthStatus::Degraded, format!("backlog: {reason}"))
+        PartHealth::new(
+            "outbox",
+            HealthStatus::Degraded,
+            format!("backlog: {reason}"),
+        )
     } else {
         PartHealth::new("outbox", HealthStatus::Healthy, reason)
     }

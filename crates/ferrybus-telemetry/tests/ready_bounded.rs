@@ -8,7 +8,9 @@ use ferrybus_core::storage::Storage as _;
 use ferrybus_sea_orm::PostgresStorage;
 use ferrybus_telemetry::{BacklogThreshold, Health, HealthStatus};
 use ferrybus_testing::{database_url, eventually, Shape, TestSchema, WAIT};
-use sea_orm::{ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, Statement};
+use sea_orm::{
+    ConnectOptions, ConnectionTrait, Database, DatabaseConnection, DbBackend, Statement,
+};
 
 /// (sequential scans of `table`, tuples read from it by scans and index fetches), as the
 /// statistics show them.
@@ -24,7 +26,10 @@ async fn reads(admin: &DatabaseConnection, schema: &str, table: &str) -> (i64, i
         .await
         .unwrap()
         .unwrap();
-    (row.try_get("", "scans").unwrap(), row.try_get("", "tuples").unwrap())
+    (
+        row.try_get("", "scans").unwrap(),
+        row.try_get("", "tuples").unwrap(),
+    )
 }
 
 /// Makes the one session of `db` publish its statistics, and waits until they are visible:
@@ -74,7 +79,10 @@ async fn a_readiness_check_reads_no_inbox_row_at_scale() {
     let after = reads(&schema.db, &name, "inbox_state").await;
 
     assert_eq!(report.status, HealthStatus::Healthy, "{report:?}");
-    assert_eq!(report.parts[1].reason, "0 messages waiting, the oldest for 0 s");
+    assert_eq!(
+        report.parts[1].reason,
+        "0 messages waiting, the oldest for 0 s"
+    );
     assert_eq!(after.0, before.0, "no sequential scan of the inbox");
     assert!(
         after.1 - before.1 < 1_000,

@@ -25,7 +25,9 @@ use crate::sweeper;
 pub(crate) use backoff::Backoff;
 
 /// A back-off with the delivery settings' delays and attempts.
-pub(crate) fn backoff_of<K: Copy + Eq + std::hash::Hash>(delivery: &DeliverySettings) -> Backoff<K> {
+pub(crate) fn backoff_of<K: Copy + Eq + std::hash::Hash>(
+    delivery: &DeliverySettings,
+) -> Backoff<K> {
     Backoff::new(
         delivery.backoff_initial,
         delivery.backoff_max,

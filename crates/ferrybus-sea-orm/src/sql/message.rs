@@ -151,7 +151,8 @@ pub(crate) fn message_columns(names: &Names, a: &'static str) -> Vec<(SimpleExpr
                 // `infinity` would not decode (sqlx panics on it): read as NULL, which makes
                 // the row unreadable (`SentTime`) or the time absent.
                 Column::EnqueueTime | Column::SentTime | Column::ExpirationTime => {
-                    let finite = SimpleExpr::from(Func::cust(iden("isfinite")).arg(expr.clone())).eq(true);
+                    let finite =
+                        SimpleExpr::from(Func::cust(iden("isfinite")).arg(expr.clone())).eq(true);
                     names.ts_read(Expr::case(finite, expr).into())
                 }
                 _ => expr,
