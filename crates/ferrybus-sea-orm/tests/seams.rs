@@ -364,6 +364,8 @@ async fn a_sequential_endpoint_sends_in_the_order_it_committed() {
         .storage()
         .await
         .delivery_backoff(Duration::from_millis(200), Duration::from_millis(800))
+        // Tries for about 7 s: a slow machine still fixes the exchange within them.
+        .send_attempts(10)
         .sweep_after(Some(Duration::from_secs(2)))
         .inbox_cleanup(false);
     let bus = RabbitMqBus::builder(&amqp_url())
