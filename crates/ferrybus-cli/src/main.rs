@@ -423,6 +423,8 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             cleanup_window,
             json,
         }) => {
+            countable("--stranded-after", stranded_after)?;
+            countable("--cleanup-window", cleanup_window)?;
             let windows = Windows::default()
                 .stranded_after(stranded_after.into())
                 .cleanup_window(cleanup_window.into());
@@ -431,6 +433,23 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Migrate(args) => migrate(&database_url, &args).await,
         Command::Topology(args) => topology_command(&amqp_url, args).await,
         Command::Envelope(EnvelopeCommand::Inspect { file }) => inspect_command(file.as_deref()),
+    }
+}
+
+/// Refuses a window that reaches before the earliest date there is: nothing could be counted
+/// against it.
+fn countable(flag: &str, window: humantime::Duration) -> Result<(), CliError> {
+    let fits = chrono::Duration::from_std(window.into())
+        .ok()
+        .and_then(|window| chrono::Utc::now().checked_sub_signed(window))
+        .is_some();
+    if fits {
+        Ok(())
+    } else {
+        Err(CliError::new(
+            CliErrorKind::Usage,
+            format!("{flag} {window} is too long: it reaches before the earliest date there is"),
+        ))
     }
 }
 

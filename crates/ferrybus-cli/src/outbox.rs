@@ -80,6 +80,23 @@ pub(crate) struct ConsumerOutbox {
     pub(crate) stranded: i64,
     /// The stranded threshold, in seconds.
     pub(crate) stranded_after_seconds: u64,
+    /// The oldest stranded entries (at most 20), oldest first: those the sweeper keeps failing
+    /// on, and has set aside, are among them.
+    pub(crate) stranded_entries: Vec<StrandedEntry>,
+}
+
+/// A stranded consumer-outbox entry.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct StrandedEntry {
+    /// The inbox row's message id.
+    pub(crate) message_id: String,
+    /// Its consumer id.
+    pub(crate) consumer_id: String,
+    /// How long ago it was consumed, in seconds.
+    pub(crate) consumed_age_seconds: Option<f64>,
+    /// Its messages waiting.
+    pub(crate) messages: i64,
 }
 
 /// Inbox figures.
@@ -159,6 +176,16 @@ fn present(tables: &Tables, s: &OutboxStatus) -> Status {
             pending_inbox_rows: c.pending_inbox_rows,
             stranded: c.stranded,
             stranded_after_seconds: s.windows.stranded_after.as_secs(),
+            stranded_entries: c
+                .stranded_entries
+                .iter()
+                .map(|e| StrandedEntry {
+                    message_id: e.message_id.to_string(),
+                    consumer_id: e.consumer_id.to_string(),
+                    consumed_age_seconds: seconds(s.age(e.consumed)),
+                    messages: e.messages,
+                })
+                .collect(),
         },
         inbox: Inbox {
             rows: i.rows,
@@ -243,6 +270,16 @@ pub(crate) fn print(out: &mut impl Write, s: &Status) -> Result<(), CliError> {
         ),
         "-".to_owned(),
     ]);
+    for e in &c.stranded_entries {
+        table.add_row([
+            "consumer outbox: stranded".to_owned(),
+            format!(
+                "message {} consumer {} ({} messages)",
+                e.message_id, e.consumer_id, e.messages
+            ),
+            age(e.consumed_age_seconds),
+        ]);
+    }
     let i = &s.inbox;
     table.add_row([
         "inbox: rows".to_owned(),

@@ -373,6 +373,11 @@ async fn outbox_status_counts_what_waits_and_who_delivers() {
         consumer_outbox["stranded"], 1,
         "consumed 10 minutes ago, stranded after 5"
     );
+    let listed = consumer_outbox["strandedEntries"].as_array().unwrap();
+    assert_eq!(listed.len(), 1, "the stranded entry is listed");
+    assert_eq!(listed[0]["messages"], 1);
+    let age = listed[0]["consumedAgeSeconds"].as_f64().unwrap();
+    assert!((500.0..700.0).contains(&age), "{age}");
     let inbox = &json["inbox"];
     assert_eq!(inbox["rows"], 3);
     assert_eq!(inbox["delivered"], 1);
@@ -396,6 +401,10 @@ async fn outbox_status_counts_what_waits_and_who_delivers() {
         .await,
     );
     assert_eq!(json["consumerOutbox"]["stranded"], 0);
+    assert_eq!(
+        json["consumerOutbox"]["strandedEntries"],
+        serde_json::json!([])
+    );
     assert_eq!(json["inbox"]["pastCleanupWindow"], 0);
 
     let table = success(&run(&["outbox", "status", "--schema", s]).await);
@@ -439,6 +448,37 @@ async fn outbox_status_reads_dotnet_tables() {
     // Written as UTC wall-clock time one hour ago: read back as one hour, whatever the zone.
     let age = json["inbox"]["oldestDeliveredAgeSeconds"].as_f64().unwrap();
     assert!((3500.0..3700.0).contains(&age), "{age}");
+}
+
+/// A window past the earliest date there is is refused with a clear error, not a panic (the
+/// tables exist and the database answers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outbox_status_refuses_windows_too_long_to_count_with() {
+    let schema = TestSchema::new(Shape::Snake).await;
+    let s = schema.schema.as_str();
+    for (flag, value) in [
+        ("--cleanup-window", "300000y"),
+        ("--stranded-after", "300000y"),
+    ] {
+        let out = run(&["outbox", "status", "--schema", s, flag, value]).await;
+        let line = failure(&out, 2);
+        assert!(
+            line.starts_with(&format!("error: {flag} 300000years is too long")),
+            "{line}"
+        );
+    }
+    // A long window that fits still works.
+    success(
+        &run(&[
+            "outbox",
+            "status",
+            "--schema",
+            s,
+            "--cleanup-window",
+            "1000y",
+        ])
+        .await,
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

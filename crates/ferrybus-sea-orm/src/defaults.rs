@@ -20,6 +20,10 @@
 //! );
 //! assert_eq!(defaults::SWEEP_INTERVAL, Duration::from_millis(250));
 //! assert_eq!(
+//!     (defaults::SEND_ATTEMPTS, defaults::SET_ASIDE_RETRY),
+//!     (5, Duration::from_secs(600))
+//! );
+//! assert_eq!(
 //!     (defaults::CLEANUP_BATCH_SIZE, defaults::CLEANUP_INTERVAL),
 //!     (100, Duration::from_secs(10))
 //! );
@@ -83,6 +87,18 @@ pub const DELIVERY_BACKOFF_INITIAL: Duration = Duration::from_secs(1);
 
 /// The longest back-off of an outbox whose sends keep failing: 60 s.
 pub const DELIVERY_BACKOFF_MAX: Duration = Duration::from_secs(60);
+
+/// How many times one entry's send is tried, with the delivery back-off between tries, before
+/// it is given up on: a delivery that sends its own messages after commit then acknowledges and
+/// leaves them to the sweeper; the sweeper and the bus-outbox relay set the entry aside (an error
+/// log, `ferrybus.outbox.set_aside`, `ferrybus outbox status`) and try it again only every
+/// [`SET_ASIDE_RETRY`]: 5.
+/// [`PostgresStorage::send_attempts`](crate::PostgresStorage::send_attempts).
+pub const SEND_ATTEMPTS: u32 = 5;
+
+/// How long an entry the sweeper or the relay set aside waits before it is tried once more (a
+/// fixed topology then gets it out without a restart): 10 min.
+pub const SET_ASIDE_RETRY: Duration = Duration::from_secs(10 * 60);
 
 /// The inbox rows the cleanup deletes per statement: 100.
 /// [`PostgresStorage::cleanup_batch_size`](crate::PostgresStorage::cleanup_batch_size).

@@ -80,6 +80,15 @@ async fn send_row(
     row: StoredRow,
     source: SendSource,
 ) -> Result<(), PublishError> {
+    let destination = row
+        .message
+        .as_ref()
+        .map_or("", |m| m.destination_address.as_str());
+    if let Some(reason) = row.unreadable {
+        let result = Err(PublishError::new(PublishErrorKind::Serialize, reason));
+        count_outbox_delivery(destination, &result, source);
+        return result;
+    }
     let Some(message) = row.message else {
         tracing::warn!(
             target: "ferrybus::outbox",
@@ -89,10 +98,7 @@ async fn send_row(
         return Ok(());
     };
     let destination = message.destination_address.clone();
-    let result = match row.unreadable {
-        Some(reason) => Err(PublishError::new(PublishErrorKind::Serialize, reason)),
-        None => sink.deliver(message).await,
-    };
+    let result = sink.deliver(message).await;
     count_outbox_delivery(&destination, &result, source);
     result
 }

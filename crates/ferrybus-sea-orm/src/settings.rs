@@ -99,6 +99,19 @@ impl Settings {
         self.channel_named = true;
     }
 
+    /// Whether this instance runs the sweeper: what a delivery failed to send after its commit
+    /// is then sent by it, so the delivery may be acknowledged.
+    pub(crate) fn sweeps(&self) -> bool {
+        self.delivery.enabled && self.delivery.sweep_after.is_some()
+    }
+
+    /// Whether the after-commit sender runs: deliveries are acknowledged after their commit and
+    /// their messages sent after that. Only where the sweeper runs (it sends what the sender
+    /// could not), and not with `deliver_before_ack`.
+    pub(crate) fn acks_before_sending(&self) -> bool {
+        self.sweeps() && !self.deliver_before_ack
+    }
+
     /// The channel a bus-outbox write notifies, `None` when writes do not notify.
     pub(crate) fn write_notify(&self) -> Option<&str> {
         self.notify_on_write.then_some(self.channel.as_str())
@@ -210,6 +223,9 @@ pub(crate) struct DeliverySettings {
     pub(crate) backoff_initial: Duration,
     /// The longest back-off (not below `backoff_initial`).
     pub(crate) backoff_max: Duration,
+    /// How many times one entry's send is tried before it is given up on (left to the sweeper
+    /// by a delivery, set aside by the sweeper and the relay). At least 1.
+    pub(crate) send_attempts: u32,
     /// Deliver consumer-outbox rows whose inbox row was consumed this long ago and is still not
     /// delivered (and that no delivery holds); `None` turns the sweeper off.
     pub(crate) sweep_after: Option<Duration>,
@@ -227,6 +243,7 @@ impl Default for DeliverySettings {
             messages_per_outbox: defaults::MESSAGES_PER_OUTBOX,
             backoff_initial: defaults::DELIVERY_BACKOFF_INITIAL,
             backoff_max: defaults::DELIVERY_BACKOFF_MAX,
+            send_attempts: defaults::SEND_ATTEMPTS,
             sweep_after: Some(defaults::SWEEP_AFTER),
             sweep_interval: defaults::SWEEP_INTERVAL,
         }

@@ -26,6 +26,7 @@ use chrono::{DateTime, TimeDelta, Utc};
 use sea_orm::sea_query::ExprTrait;
 use sea_orm::sea_query::{
     Alias, Asterisk, DynIden, Expr, Func, IntoIden, Order, Query, SelectStatement, SimpleExpr,
+    SubQueryStatement,
 };
 use sea_orm::{
     AccessMode, ConnectionTrait, DatabaseConnection, DatabaseTransaction, FromQueryResult,
@@ -170,6 +171,27 @@ pub struct ConsumerOutboxStatus {
     pub oldest_pending: Option<DateTime<Utc>>,
     /// Of those, how many were consumed longer ago than [`Windows::stranded_after`].
     pub stranded: i64,
+    /// The oldest of the stranded ones (at most [`STRANDED_LISTED`]), oldest first: entries the
+    /// sweeper keeps failing on, and has set aside, are among them.
+    pub stranded_entries: Vec<StrandedEntry>,
+}
+
+/// How many stranded consumer-outbox entries [`ConsumerOutboxStatus::stranded_entries`] lists.
+pub const STRANDED_LISTED: u64 = 20;
+
+/// A consumer-outbox entry consumed longer ago than [`Windows::stranded_after`] and still not
+/// delivered: an inbox row and its waiting messages.
+#[derive(Clone, Debug, PartialEq, Eq, FromQueryResult)]
+#[non_exhaustive]
+pub struct StrandedEntry {
+    /// The inbox row's `MessageId`.
+    pub message_id: uuid::Uuid,
+    /// Its `ConsumerId`.
+    pub consumer_id: uuid::Uuid,
+    /// When it was consumed.
+    pub consumed: Option<DateTime<Utc>>,
+    /// Its messages still waiting.
+    pub messages: i64,
 }
 
 /// Inbox figures of an [`OutboxStatus`].
@@ -224,6 +246,9 @@ pub async fn outbox_status_with(
     tables: &Tables,
     windows: Windows,
 ) -> Result<OutboxStatus, StoreError> {
+    let now = Utc::now();
+    before(now, windows.stranded_after, "stranded-after age")?;
+    before(now, windows.cleanup_window, "cleanup window")?;
     let timestamps = read_timestamp_type(db, tables).await?;
     let names = &Names::new(&tables.clone().timestamps(timestamps));
     let txn = db
@@ -232,11 +257,175 @@ pub async fn outbox_status_with(
             Some(AccessMode::ReadOnly),
         )
         .await?;
-    let result = read(&txn, names, windows).await;
+    let result = read(&txn, names, windows, now).await;
     // Read-only: nothing to keep.
     let _ = txn.rollback().await;
-    let (counts, being_delivered) = result?;
-    Ok(counts.into_status(windows, being_delivered))
+    let (counts, being_delivered, stranded) = result?;
+    Ok(counts.into_status(windows, being_delivered, stranded))
+}
+
+/// `now - window`, or a [`StoreErrorKind::Config`] error naming `what` when that is before
+/// the earliest time there is.
+fn before(now: DateTime<Utc>, window: Duration, what: &str) -> Result<DateTime<Utc>, StoreError> {
+    chrono::Duration::from_std(window)
+        .ok()
+        .and_then(|window| now.checked_sub_signed(window))
+        .ok_or_else(|| {
+            StoreError::config(format!(
+                "the {what} ({}s) reaches before the earliest time there is",
+                window.as_secs()
+            ))
+        })
+}
+
+/// How long each statement of [`backlog`] may run (`SET LOCAL statement_timeout`): 2 s.
+pub const BACKLOG_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The messages waiting in the outbox tables, read cheaply enough for a readiness probe
+/// ([`backlog`]); [`outbox_status`] has the exact figures.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Backlog {
+    /// The database's time of the reading (`now()`).
+    pub read_at: DateTime<Utc>,
+    /// Bus-outbox messages waiting, counted up to [`limit`](Self::limit).
+    pub bus_messages: i64,
+    /// When the first of them was sent (`SentTime` of the lowest sequence number).
+    pub oldest_bus_message: Option<DateTime<Utc>>,
+    /// Consumer-outbox messages waiting, counted up to [`limit`](Self::limit).
+    pub consumer_messages: i64,
+    /// When the first of them was sent.
+    pub oldest_consumer_message: Option<DateTime<Utc>>,
+    /// Where counting stopped: a count equal to it means "at least this many".
+    pub limit: i64,
+}
+
+impl Backlog {
+    /// How long before [`read_at`](Self::read_at) `at` was.
+    pub fn age(&self, at: Option<DateTime<Utc>>) -> Option<TimeDelta> {
+        at.map(|at| self.read_at - at)
+    }
+}
+
+/// Reads the [`Backlog`] of `tables`, counting at most `limit` messages of each outbox: bounded
+/// work whatever the size of the tables, for a readiness probe. It reads only
+/// `OutboxMessage` (which holds waiting messages only; never the inbox, which keeps every
+/// message of the duplicate-detection window), through its indexes, each count stopped at
+/// `limit` (`LIMIT`), the oldest message by the primary key (`ORDER BY SequenceNumber LIMIT
+/// 1`), in a read-only transaction whose statements stop after [`BACKLOG_TIMEOUT`].
+///
+/// ```no_run
+/// # async fn run(db: sea_orm::DatabaseConnection) -> Result<(), ferrybus_sea_orm::StoreError> {
+/// use ferrybus_sea_orm::{status, Tables};
+/// let backlog = status::backlog(&db, &Tables::new(), 10_001).await?;
+/// if backlog.bus_messages >= backlog.limit {
+///     println!("more than 10 000 bus-outbox messages waiting");
+/// }
+/// # Ok(()) }
+/// ```
+pub async fn backlog(
+    db: &DatabaseConnection,
+    tables: &Tables,
+    limit: u64,
+) -> Result<Backlog, StoreError> {
+    let timestamps = read_timestamp_type(db, tables).await?;
+    let names = &Names::new(&tables.clone().timestamps(timestamps));
+    let txn = db
+        .begin_with_config(None, Some(AccessMode::ReadOnly))
+        .await?;
+    let result = read_backlog(&txn, names, limit).await;
+    let _ = txn.rollback().await;
+    result
+}
+
+#[derive(FromQueryResult)]
+struct BacklogRow {
+    read_at: DateTime<Utc>,
+    bus_messages: i64,
+    oldest_bus_message: Option<DateTime<Utc>>,
+    consumer_messages: i64,
+    oldest_consumer_message: Option<DateTime<Utc>>,
+}
+
+async fn read_backlog(
+    txn: &DatabaseTransaction,
+    names: &Names,
+    limit: u64,
+) -> Result<Backlog, StoreError> {
+    let timeout = format!("{}", BACKLOG_TIMEOUT.as_millis());
+    let set = Query::select()
+        .expr(Func::cust(a("set_config")).args([
+            Expr::val("statement_timeout"),
+            Expr::val(timeout),
+            Expr::val(true),
+        ]))
+        .to_owned();
+    txn.query_one_raw(build(&set)).await?;
+    let row = txn
+        .query_one_raw(build(&backlog_query(names, limit)))
+        .await?
+        .ok_or_else(|| StoreError::new(StoreErrorKind::Database, "backlog returned no row"))?;
+    let row = BacklogRow::from_query_result(&row, "")?;
+    Ok(Backlog {
+        read_at: row.read_at,
+        bus_messages: row.bus_messages,
+        oldest_bus_message: row.oldest_bus_message,
+        consumer_messages: row.consumer_messages,
+        oldest_consumer_message: row.oldest_consumer_message,
+        limit: i64::try_from(limit).unwrap_or(i64::MAX),
+    })
+}
+
+/// The [`backlog`] statement: each figure a scalar subquery bounded by a `LIMIT`.
+///
+/// ```text
+/// SELECT now() AS read_at,
+///   (SELECT count(*) FROM (SELECT 1 FROM outbox_message WHERE outbox_id IS NOT NULL LIMIT $n) AS b) AS bus_messages,
+///   (SELECT sent_time FROM outbox_message WHERE outbox_id IS NOT NULL ORDER BY sequence_number LIMIT 1) AS oldest_bus_message,
+///   … the same with inbox_message_id IS NOT NULL for the consumer outbox
+/// ```
+pub(crate) fn backlog_query(names: &Names, limit: u64) -> SelectStatement {
+    let n = names;
+    let sub = |q: SelectStatement| {
+        SimpleExpr::SubQuery(None, Box::new(SubQueryStatement::SelectStatement(q)))
+    };
+    let count = |col: outbox_message::Column| {
+        let rows = Query::select()
+            .expr(Expr::val(1))
+            .from(n.table(OutboxMessage))
+            .and_where(Expr::col(n.c(col)).is_not_null())
+            .limit(limit)
+            .to_owned();
+        sub(Query::select()
+            .expr(Func::count(Expr::col(Asterisk)))
+            .from_subquery(rows, a("b"))
+            .to_owned())
+    };
+    let oldest = |col: outbox_message::Column| {
+        sub(Query::select()
+            .expr(n.ts_read(n.e(outbox_message::Column::SentTime)))
+            .from(n.table(OutboxMessage))
+            .and_where(Expr::col(n.c(col)).is_not_null())
+            .order_by(n.c(outbox_message::Column::SequenceNumber), Order::Asc)
+            .limit(1)
+            .to_owned())
+    };
+    Query::select()
+        .expr_as(Expr::current_timestamp(), a("read_at"))
+        .expr_as(count(outbox_message::Column::OutboxId), a("bus_messages"))
+        .expr_as(
+            oldest(outbox_message::Column::OutboxId),
+            a("oldest_bus_message"),
+        )
+        .expr_as(
+            count(outbox_message::Column::InboxMessageId),
+            a("consumer_messages"),
+        )
+        .expr_as(
+            oldest(outbox_message::Column::InboxMessageId),
+            a("oldest_consumer_message"),
+        )
+        .to_owned()
 }
 
 /// The one row of [`counts`].
@@ -260,7 +449,12 @@ struct Counts {
 }
 
 impl Counts {
-    fn into_status(self, windows: Windows, being_delivered: Vec<LockHolder>) -> OutboxStatus {
+    fn into_status(
+        self,
+        windows: Windows,
+        being_delivered: Vec<LockHolder>,
+        stranded_entries: Vec<StrandedEntry>,
+    ) -> OutboxStatus {
         OutboxStatus {
             read_at: self.read_at,
             windows,
@@ -277,6 +471,7 @@ impl Counts {
                 pending_inbox_rows: self.inbox_pending,
                 oldest_pending: self.oldest_pending,
                 stranded: self.inbox_stranded,
+                stranded_entries,
             },
             inbox: InboxStatus {
                 rows: self.inbox_rows,
@@ -293,9 +488,10 @@ async fn read(
     txn: &DatabaseTransaction,
     names: &Names,
     windows: Windows,
-) -> Result<(Counts, Vec<LockHolder>), StoreError> {
+    now: DateTime<Utc>,
+) -> Result<(Counts, Vec<LockHolder>, Vec<StrandedEntry>), StoreError> {
     let row = txn
-        .query_one_raw(build(&counts(names, windows, Utc::now())))
+        .query_one_raw(build(&counts(names, windows, now)))
         .await?
         .ok_or_else(|| StoreError::new(StoreErrorKind::Database, "status returned no row"))?;
     let counts = Counts::from_query_result(&row, "")?;
@@ -303,7 +499,54 @@ async fn read(
     for row in txn.query_all_raw(build(&lock_holders(names))).await? {
         holders.push(LockHolder::from_query_result(&row, "")?);
     }
-    Ok((counts, holders))
+    let mut stranded = Vec::new();
+    let stranded_before = before(now, windows.stranded_after, "stranded-after age")?;
+    for row in txn
+        .query_all_raw(build(&stranded_entries(names, stranded_before)))
+        .await?
+    {
+        stranded.push(StrandedEntry::from_query_result(&row, "")?);
+    }
+    Ok((counts, holders, stranded))
+}
+
+/// The oldest [`STRANDED_LISTED`] inbox rows consumed before `before` and not delivered, with
+/// their waiting messages (`IX_InboxState_Delivered`, then the messages' index per row):
+///
+/// ```text
+/// SELECT i.message_id, i.consumer_id, i.consumed, (SELECT count(*) FROM outbox_message AS m
+///   WHERE m.inbox_message_id = i.message_id AND m.inbox_consumer_id = i.consumer_id) AS messages
+/// FROM inbox_state AS i WHERE i.delivered IS NULL AND i.consumed < $1 ORDER BY i.consumed LIMIT 20
+/// ```
+fn stranded_entries(names: &Names, before: DateTime<Utc>) -> SelectStatement {
+    let n = names;
+    let i = |c: inbox_state::Column| n.ac("i", c);
+    let waiting = Query::select()
+        .expr(Func::count(Expr::col(Asterisk)))
+        .from(n.table_as(OutboxMessage, "m"))
+        .and_where(
+            Expr::expr(n.ac("m", outbox_message::Column::InboxMessageId))
+                .eq(i(inbox_state::Column::MessageId)),
+        )
+        .and_where(
+            Expr::expr(n.ac("m", outbox_message::Column::InboxConsumerId))
+                .eq(i(inbox_state::Column::ConsumerId)),
+        )
+        .to_owned();
+    Query::select()
+        .expr_as(i(inbox_state::Column::MessageId), a("message_id"))
+        .expr_as(i(inbox_state::Column::ConsumerId), a("consumer_id"))
+        .expr_as(n.ts_read(i(inbox_state::Column::Consumed)), a("consumed"))
+        .expr_as(
+            SimpleExpr::SubQuery(None, Box::new(SubQueryStatement::SelectStatement(waiting))),
+            a("messages"),
+        )
+        .from(n.table_as(InboxState, "i"))
+        .and_where(Expr::expr(i(inbox_state::Column::Delivered)).is_null())
+        .and_where(Expr::expr(i(inbox_state::Column::Consumed)).lt(n.ts(before)))
+        .order_by_expr(i(inbox_state::Column::Consumed), Order::Asc)
+        .limit(STRANDED_LISTED)
+        .to_owned()
 }
 
 fn a(name: &'static str) -> DynIden {
@@ -325,8 +568,13 @@ fn min_where(names: &Names, col: SimpleExpr, cond: SimpleExpr) -> SimpleExpr {
 /// windows end at `now` (this process's clock, as the sweeper and the cleanup count them).
 fn counts(names: &Names, windows: Windows, now: DateTime<Utc>) -> SelectStatement {
     let n = names;
-    let before =
-        |window: Duration| now - chrono::Duration::from_std(window).unwrap_or(TimeDelta::MAX);
+    // Checked by `before` first; the earliest time for a window past it.
+    let before = |window: Duration| {
+        chrono::Duration::from_std(window)
+            .ok()
+            .and_then(|window| now.checked_sub_signed(window))
+            .unwrap_or(DateTime::<Utc>::MIN_UTC)
+    };
     let all: SimpleExpr = Func::count(Expr::col(Asterisk)).into();
 
     let state_delivered = || Expr::col(n.c(outbox_state::Column::Delivered));

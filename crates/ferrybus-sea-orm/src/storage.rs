@@ -16,13 +16,13 @@ use uuid::Uuid;
 
 use crate::cleanup::InboxCleanup;
 use crate::config::Tables;
-use crate::delivery::OutboxDeliveryService;
+use crate::delivery::{backoff_of, Backoff, OutboxDeliveryService};
 use crate::error::StoreError;
 use crate::fast::{postgres_pool, Connections};
 use crate::inbox::{Handoff, InboxConfig, InboxLayer};
 use crate::migrate::Migrator;
 use crate::settings::Settings;
-use crate::sql::read_timestamp_type;
+use crate::sql::{read_timestamp_type, InboxKey};
 
 /// The inbox, consumer outbox and bus outbox on PostgreSQL, on MassTransit's tables: give it to a
 /// bus builder (`.storage(PostgresStorage::new(db))`) and every endpoint that calls `.inbox()`
@@ -66,6 +66,9 @@ pub struct PostgresStorage {
     handoff: Arc<Handoff>,
     /// The connections inbox deliveries run on, kept between deliveries; shared likewise.
     connections: Arc<Connections>,
+    /// The sweeper's back-off and set-aside entries, shared likewise (a builder method makes a
+    /// new one, with its settings).
+    sweep_backoff: Arc<Backoff<InboxKey>>,
 }
 
 impl std::fmt::Debug for PostgresStorage {
@@ -84,8 +87,10 @@ impl PostgresStorage {
     /// and inbox cleanup on, migrations off, every other setting from
     /// [`defaults`](crate::defaults).
     pub fn new(db: DatabaseConnection) -> Self {
+        let settings = Arc::new(Settings::new(Tables::new()));
         Self {
-            settings: Arc::new(Settings::new(Tables::new())),
+            sweep_backoff: Arc::new(backoff_of(&settings.delivery)),
+            settings,
             prepared: Arc::default(),
             handoff: Arc::default(),
             connections: Arc::new(Connections::new(&db)),
@@ -104,6 +109,7 @@ impl PostgresStorage {
             .filter(|_| self.settings.tables() == &tables)
             .map(|timestamps| self.settings.with_timestamps(timestamps));
         self.prepared = Arc::new(RwLock::new(prepared));
+        self.sweep_backoff = Arc::new(backoff_of(&self.settings.delivery));
         self
     }
 
@@ -212,8 +218,15 @@ impl PostgresStorage {
     /// delivered, and the sweeper of any instance sends them, in order, about a second later
     /// ([`sweep_after`](Self::sweep_after)). Nothing is acknowledged before it is committed;
     /// nothing is lost; the consumer never runs twice. With this on (or with the outbox
-    /// delivery off in this instance) each delivery sends its own messages, then is
-    /// acknowledged: a crash is completed by the broker's redelivery instead.
+    /// delivery or the sweeper off in this instance) each delivery sends its own messages, then
+    /// is acknowledged: a crash is completed by the broker's redelivery instead. The only
+    /// delivery of its endpoint in flight (every delivery at concurrency 1) always sends first,
+    /// so a sequential endpoint sends in the order it committed.
+    ///
+    /// Either way a send that fails after the commit is tried again (up to
+    /// [`send_attempts`](Self::send_attempts)) and then, where the sweeper runs, the delivery
+    /// is acknowledged and the sweeper sends the rows: the consumer's work committed, so the
+    /// message is never faulted for it.
     pub fn deliver_before_ack(self, enabled: bool) -> Self {
         self.configure(|s| s.deliver_before_ack = enabled)
     }
@@ -265,12 +278,29 @@ impl PostgresStorage {
     }
 
     /// Delivers consumer-outbox rows whose inbox row was consumed this long ago and is still not
-    /// delivered, and that no delivery holds (a process died before sending them, or the
-    /// inbound message went to the error queue); `None` turns the sweeper off
+    /// delivered, and that no delivery holds (a process died before sending them, or their
+    /// send failed); `None` turns the sweeper off
     /// ([`SWEEP_AFTER`](crate::defaults::SWEEP_AFTER), 1 s). Rows a delivery or the
     /// after-commit sender is sending are locked and skipped.
+    ///
+    /// Without the sweeper nothing in this instance would send what a failed send left
+    /// behind, so a publishing delivery is not acknowledged before its messages are sent (as
+    /// with [`deliver_before_ack`](Self::deliver_before_ack)), and a send that keeps failing
+    /// fails the delivery: its retry or redelivery sends the rest without running the consumer
+    /// again.
     pub fn sweep_after(self, age: Option<Duration>) -> Self {
         self.configure(|s| s.delivery.sweep_after = age)
+    }
+
+    /// How many times one entry's send is tried, with the [delivery
+    /// back-off](Self::delivery_backoff) between tries, before it is given up on
+    /// ([`SEND_ATTEMPTS`](crate::defaults::SEND_ATTEMPTS), 5; at least 1). A delivery sending
+    /// its own messages after commit then acknowledges and leaves them to the sweeper; the
+    /// sweeper and the bus-outbox relay set the entry aside: logged at error, counted in
+    /// `ferrybus.outbox.set_aside`, listed by `ferrybus outbox status`, tried again only every
+    /// [`SET_ASIDE_RETRY`](crate::defaults::SET_ASIDE_RETRY), and never in the way of others.
+    pub fn send_attempts(self, attempts: u32) -> Self {
+        self.configure(|s| s.delivery.send_attempts = attempts.max(1))
     }
 
     /// How often the sweeper looks ([`SWEEP_INTERVAL`](crate::defaults::SWEEP_INTERVAL), 250 ms).
@@ -328,7 +358,12 @@ impl PostgresStorage {
     }
 
     fn delivery_service(&self, sink: SharedSink) -> OutboxDeliveryService {
-        OutboxDeliveryService::new(self.db.clone(), sink, self.settings())
+        OutboxDeliveryService::new(
+            self.db.clone(),
+            sink,
+            self.settings(),
+            self.sweep_backoff.clone(),
+        )
     }
 
     /// One delivery pass through `sink`: claims up to the configured number of outboxes, sends
@@ -401,8 +436,8 @@ impl Storage for PostgresStorage {
     fn start(&self, sink: SharedSink) -> Background {
         let settings = self.settings();
         let delivery_runs = settings.delivery.enabled;
-        // Acknowledge after commit only where the sweeper runs to cover a crash.
-        let handoff = if delivery_runs && !settings.deliver_before_ack {
+        // Acknowledge before sending only where the sweeper runs to cover a crash or a failure.
+        let handoff = if settings.acks_before_sending() {
             self.handoff
                 .start(self.connections.clone(), settings.clone(), sink.clone())
         } else {

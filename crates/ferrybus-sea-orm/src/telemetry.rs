@@ -10,6 +10,7 @@
 //! | an outbox write | counter `messaging.masstransit.outbox.send` (ea) | service, destination, message_type | per message written to an outbox table |
 //! | an outbox row sent | counter `messaging.masstransit.outbox.delivery` (ea); failed: also `….errors` (+ exception_type); by the sweeper: also `ferrybus.sweeper.recovered` | service, destination | per row |
 //! | the inbox cleanup | counter [`ferrybus.inbox.cleanup.deleted`](INBOX_CLEANUP_DELETED) (ea) | service | per inbox row deleted |
+//! | an entry set aside | counter [`ferrybus.outbox.set_aside`](OUTBOX_SET_ASIDE) (ea) | service, `ferrybus.outbox` (`consumer`, `bus`) | each time the sweeper or the relay gives up on an entry for a while |
 //! | a stage | span `stage` on target [`ferrybus::stage`](STAGE_TARGET), DEBUG | `part` (`inbox`, `outbox`), `stage`, [`elapsed_ms`](STAGE_ELAPSED_FIELD) | per step of a delivery or a delivery pass |
 //!
 //! The stages are timed as span fields, not histograms: a stage span is off unless DEBUG is on
@@ -34,6 +35,11 @@ use tracing::Instrument;
 /// Counter (`ea`): inbox rows the cleanup deleted (delivered rows past the duplicate-detection
 /// window).
 pub const INBOX_CLEANUP_DELETED: &str = "ferrybus.inbox.cleanup.deleted";
+
+/// Counter (`ea`): consumer-outbox entries (the sweeper) and bus outboxes (the relay) set aside
+/// after `send_attempts` failed tries, label `ferrybus.outbox` (`consumer`, `bus`); again each
+/// time a set-aside entry's later try fails.
+pub const OUTBOX_SET_ASIDE: &str = "ferrybus.outbox.set_aside";
 
 /// The `tracing` target of the stage spans.
 pub const STAGE_TARGET: &str = "ferrybus::stage";
@@ -123,6 +129,25 @@ pub(crate) fn count_cleaned_up(rows: u64) {
             .build()
     });
     counter.add(rows, &[instrument::service_label()]);
+}
+
+/// Counts one entry set aside ([`OUTBOX_SET_ASIDE`]) of the outbox `kind` (`consumer`, `bus`).
+pub(crate) fn count_set_aside(kind: &'static str) {
+    static SET_ASIDE: OnceLock<Counter<u64>> = OnceLock::new();
+    let counter = SET_ASIDE.get_or_init(|| {
+        opentelemetry::global::meter(instrument::SCOPE)
+            .u64_counter(OUTBOX_SET_ASIDE)
+            .with_unit("ea")
+            .with_description("Number of outbox entries set aside after repeated send failures")
+            .build()
+    });
+    counter.add(
+        1,
+        &[
+            instrument::service_label(),
+            opentelemetry::KeyValue::new("ferrybus.outbox", kind),
+        ],
+    );
 }
 
 /// A timed step of the inbox or of a bus-outbox delivery pass: the `part` and `stage` fields

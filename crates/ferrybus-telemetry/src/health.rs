@@ -143,6 +143,12 @@ impl Health {
     /// its outbox backlog against `backlog`; the backlog is also recorded as the
     /// `ferrybus.outbox.pending` and `ferrybus.outbox.oldest_age` gauges.
     ///
+    /// The backlog is read with bounded work whatever the size of the tables
+    /// ([`status::backlog`](ferrybus_sea_orm::status::backlog): the waiting messages counted up
+    /// to the threshold, never the inbox, each statement stopped after 2 s), at most once per
+    /// [`BACKLOG_CACHE`](crate::BACKLOG_CACHE) (5 s): readiness probes, and anyone calling the
+    /// route, cannot load the database. `ferrybus outbox status` has the exact figures.
+    ///
     /// ```no_run
     /// # fn run(storage: ferrybus_sea_orm::PostgresStorage) {
     /// use ferrybus_telemetry::{BacklogThreshold, Health};
@@ -156,9 +162,10 @@ impl Health {
         backlog: BacklogThreshold,
     ) -> Self {
         let storage = storage.clone();
+        let cached = Arc::new(crate::backlog::Cached::default());
         self.check(move || {
-            let storage = storage.clone();
-            async move { crate::backlog::postgres_parts(&storage, backlog).await }
+            let (storage, cached) = (storage.clone(), cached.clone());
+            async move { crate::backlog::postgres_parts(&storage, backlog, &cached).await }
         })
     }
 }

@@ -24,7 +24,7 @@ mod http;
 mod setup;
 
 #[cfg(feature = "sea-orm")]
-pub use backlog::{OUTBOX_OLDEST_AGE, OUTBOX_PENDING};
+pub use backlog::{BACKLOG_CACHE, OUTBOX_OLDEST_AGE, OUTBOX_PENDING};
 pub use health::{BacklogThreshold, Health, HealthReport, HealthStatus, PartHealth};
 pub use http::{health_router, metrics_router, router};
 pub use setup::{

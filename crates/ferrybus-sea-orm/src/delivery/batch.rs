@@ -9,7 +9,7 @@ use crate::entity::outbox_message::Column as MessageColumn;
 use crate::error::StoreError;
 use crate::send::send_in_order;
 use crate::sql::{read_message, ClaimedOutbox, StoredRow};
-use crate::telemetry::{outbox_stage, timed, SendSource};
+use crate::telemetry::{count_set_aside, outbox_stage, timed, SendSource};
 
 /// One claimed outbox and its unsent messages of this pass.
 struct Claimed {
@@ -161,14 +161,27 @@ impl OutboxDeliveryService {
                 }
             }
             (Some(error), _) => {
-                let delay = self.backoff.failed(id);
-                tracing::warn!(
-                    target: "ferrybus::outbox",
-                    outbox_id = %id,
-                    %error,
-                    retry_in = ?delay,
-                    "sending an outbox message failed; backing off this outbox"
-                );
+                let failure = self.backoff.failed(id);
+                if failure.set_aside {
+                    count_set_aside("bus");
+                    tracing::error!(
+                        target: "ferrybus::outbox",
+                        outbox_id = %id,
+                        %error,
+                        failures = failure.failures,
+                        retry_in = ?failure.delay,
+                        "an outbox keeps failing; set aside (the others are delivered), \
+                         see `ferrybus outbox status`"
+                    );
+                } else {
+                    tracing::warn!(
+                        target: "ferrybus::outbox",
+                        outbox_id = %id,
+                        %error,
+                        retry_in = ?failure.delay,
+                        "sending an outbox message failed; backing off this outbox"
+                    );
+                }
                 let seqs = match outcome.processed_upto {
                     Some(upto) => seqs.into_iter().filter(|s| *s <= upto).collect(),
                     None => Vec::new(),

@@ -1,6 +1,6 @@
 //! [`OutboxDeliveryService`]: sends bus-outbox rows after commit, in every instance.
 
-mod backoff;
+pub(crate) mod backoff;
 mod batch;
 pub(crate) mod listener;
 
@@ -11,6 +11,7 @@ use ferrybus_core::outgoing::SharedSink;
 use sea_orm::DatabaseConnection;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
 
 use ferrybus_core::storage::Background;
 
@@ -18,9 +19,21 @@ use crate::background::sleep_or_cancel;
 use crate::error::StoreError;
 use crate::fast::{postgres_pool, Begin};
 use crate::settings::{DeliverySettings, Settings};
+use crate::sql::InboxKey;
 use crate::sweeper;
 
-use backoff::Backoff;
+pub(crate) use backoff::Backoff;
+
+/// A back-off with the delivery settings' delays and attempts.
+pub(crate) fn backoff_of<K: Copy + Eq + std::hash::Hash>(
+    delivery: &DeliverySettings,
+) -> Backoff<K> {
+    Backoff::new(
+        delivery.backoff_initial,
+        delivery.backoff_max,
+        delivery.send_attempts,
+    )
+}
 
 /// Delivers bus-outbox rows (ferrybus's and .NET's) through a sink, typically the broker
 /// transport. Run one in every instance: workers claim outboxes with `FOR UPDATE SKIP LOCKED`,
@@ -31,7 +44,10 @@ pub(crate) struct OutboxDeliveryService {
     pub(crate) db: DatabaseConnection,
     pub(crate) sink: SharedSink,
     pub(crate) settings: Arc<Settings>,
-    pub(crate) backoff: Arc<Backoff>,
+    pub(crate) backoff: Arc<Backoff<Uuid>>,
+    /// The sweeper's back-off of consumer-outbox entries, shared by the storage's clones (so a
+    /// `sweep_once` by hand sees what the running sweeper set aside).
+    pub(crate) sweep_backoff: Arc<Backoff<InboxKey>>,
     pub(crate) begin: Arc<Begin>,
 }
 
@@ -45,14 +61,19 @@ impl std::fmt::Debug for OutboxDeliveryService {
 
 impl OutboxDeliveryService {
     /// A service sending through `sink`, with the delivery settings of `settings`.
-    pub(crate) fn new(db: DatabaseConnection, sink: SharedSink, settings: Arc<Settings>) -> Self {
-        let delivery = &settings.delivery;
-        let backoff = Arc::new(Backoff::new(delivery.backoff_initial, delivery.backoff_max));
+    pub(crate) fn new(
+        db: DatabaseConnection,
+        sink: SharedSink,
+        settings: Arc<Settings>,
+        sweep_backoff: Arc<Backoff<InboxKey>>,
+    ) -> Self {
+        let backoff = Arc::new(backoff_of(&settings.delivery));
         Self {
             db,
             sink,
             settings,
             backoff,
+            sweep_backoff,
             begin: Arc::new(Begin::new()),
         }
     }
@@ -105,7 +126,15 @@ impl OutboxDeliveryService {
     /// not delivered and held by no delivery (see [`DeliverySettings::sweep_after`]). Returns
     /// how many inbox entries were completed.
     pub(crate) async fn sweep_once(&self, age: Duration) -> Result<usize, StoreError> {
-        sweeper::sweep(&self.db, &self.begin, self.settings.sql(), &self.sink, age).await
+        sweeper::sweep(
+            &self.db,
+            &self.begin,
+            self.settings.sql(),
+            &self.sink,
+            &self.sweep_backoff,
+            age,
+        )
+        .await
     }
 
     /// One worker: a pass, then another at once while passes find work, else it waits for

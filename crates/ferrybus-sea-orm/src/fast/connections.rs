@@ -179,6 +179,9 @@ pub(crate) enum LeaseState {
     InTransaction,
     /// The connection failed (I/O, protocol): closed; the other kept ones go back to the pool.
     Broken,
+    /// The connection works but its session state is unknown (a failed `COMMIT`): closed, which
+    /// rolls back whatever is still open on the server; the other kept ones stay.
+    Retired,
 }
 
 /// One delivery's connection. When it ends it goes back to [`Connections`] (or is closed, see
@@ -218,7 +221,7 @@ impl Drop for Lease {
         };
         match self.state {
             LeaseState::Clean => self.home.put_back(kept),
-            LeaseState::InTransaction => kept.conn.close_on_drop(),
+            LeaseState::InTransaction | LeaseState::Retired => kept.conn.close_on_drop(),
             LeaseState::Broken => {
                 kept.conn.close_on_drop();
                 self.home.release_all();

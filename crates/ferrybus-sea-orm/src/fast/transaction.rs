@@ -197,12 +197,16 @@ impl InboxTransaction {
                 Ok(())
             }
             Err(error) => {
-                // A failed COMMIT ends the transaction (rolled back), unless the connection
-                // went away, and then the server rolls it back.
+                // Nothing is known about the transaction: a COMMIT the server refused (a
+                // deferred constraint) rolled it back, but the error may also be an earlier
+                // statement's, one the consumer gave up waiting for, that sqlx reads before
+                // it sends the COMMIT, which then never left: the transaction would still be
+                // open (and aborted) on a kept connection. Close the connection: the server
+                // rolls back whatever is open, and the next delivery gets a clean one.
                 let state = if connection_failed(&error) {
                     LeaseState::Broken
                 } else {
-                    LeaseState::Clean
+                    LeaseState::Retired
                 };
                 open.lease.set_state(state);
                 Err(StoreError::database(exec_err(error)))

@@ -32,7 +32,7 @@ use tracing::Instrument;
 use crate::consumer_outbox;
 use crate::error::{StoreError, StoreErrorKind};
 use crate::fast::{Connections, InboxTransaction};
-use crate::inbox::flow::{begin, claim, deliver_after_commit, Claim};
+use crate::inbox::flow::{after_commit, begin, claim, send_after_commit, Claim};
 use crate::inbox::handoff::Committed;
 use crate::inbox::layer::Shared;
 use crate::inbox::sink::CaptureSink;
@@ -199,13 +199,12 @@ async fn handle(
         Ok(()) => return Ok(outcomes),
         Err(entry) => entry.rows,
     };
-    timed(
+    let sent = timed(
         &inbox_stage::DELIVER,
-        deliver_after_commit(&shared, &transport, last, rows),
+        send_after_commit(&shared, &transport, last, rows),
     )
-    .await
-    .map(|()| outcomes)
-    .map_err(StoreError::into_consume_error)
+    .await;
+    after_commit(&shared, last, sent, outcomes)
 }
 
 /// Begins the batch's transaction and claims every message's inbox row, in message-id order

@@ -17,7 +17,7 @@ use crate::consumer_outbox;
 use crate::error::{StoreError, StoreErrorKind};
 use crate::fast::InboxTransaction;
 use crate::inbox::handoff::Committed;
-use crate::inbox::layer::Shared;
+use crate::inbox::layer::{InFlight, Shared};
 use crate::inbox::sink::CaptureSink;
 use crate::sql::{InboxKey, RowState, Sql, StoredRow};
 use crate::telemetry::{
@@ -75,6 +75,7 @@ where
     S: Service<ConsumeRequest, Response = ConsumeOutcome, Error = ConsumeError> + Send,
     S::Future: Send,
 {
+    let flight = InFlight::enter(&shared.in_flight);
     let sql = shared.config.storage().sql();
     // Whether this delivery publishes, guessed from the last one (see `RunRow`).
     let pending = shared.publish_guess.publishes();
@@ -84,17 +85,15 @@ where
     match claim {
         Claim::Run { row } => {
             inbox_decision(request.consumer(), InboxDecision::Run);
-            consume(&shared, inner, request, key, row, txn).await
+            consume(&shared, inner, request, key, row, txn, &flight).await
         }
         Claim::Duplicate => duplicate(&request, key, txn).await,
         Claim::Recover { after } => {
             // The consumer does not run again: the copy completes an earlier attempt.
             inbox_decision(request.consumer(), InboxDecision::Recover);
             let sink = request.sink().clone();
-            recover(sql, &sink, key, after, txn)
-                .await
-                .map(|()| ConsumeOutcome::Duplicate)
-                .map_err(StoreError::into_consume_error)
+            let sent = recover(sql, &sink, key, after, txn).await;
+            after_commit(&shared, key, sent, ConsumeOutcome::Duplicate)
         }
     }
 }
@@ -230,6 +229,7 @@ async fn consume<S>(
     key: InboxKey,
     row: RunRow,
     txn: InboxTransaction,
+    flight: &InFlight<'_>,
 ) -> Result<ConsumeOutcome, ConsumeError>
 where
     S: Service<ConsumeRequest, Response = ConsumeOutcome, Error = ConsumeError> + Send,
@@ -269,18 +269,102 @@ where
         })
         .collect();
     // Committed: while the after-commit sender runs, it sends them and the delivery is
-    // acknowledged now (a crash before they are sent leaves them to the sweeper).
-    let rows = match shared.handoff.offer(Committed { key, rows }) {
-        Ok(()) => return Ok(outcome),
-        Err(entry) => entry.rows,
+    // acknowledged now (a crash before they are sent leaves them to the sweeper). The only
+    // delivery of its endpoint in flight (every delivery of a sequential endpoint) sends its
+    // own before it is acknowledged: the next delivery's messages cannot overtake them.
+    let rows = if flight.alone() {
+        rows
+    } else {
+        match shared.handoff.offer(Committed { key, rows }) {
+            Ok(()) => return Ok(outcome),
+            Err(entry) => entry.rows,
+        }
     };
-    timed(
+    let sent = timed(
         &inbox_stage::DELIVER,
-        deliver_after_commit(shared, &transport, key, rows),
+        send_after_commit(shared, &transport, key, rows),
     )
-    .await
-    .map(|()| outcome)
-    .map_err(StoreError::into_consume_error)
+    .await;
+    after_commit(shared, key, sent, outcome)
+}
+
+/// The outcome of a delivery whose transaction committed (this one's or an earlier attempt's)
+/// once it tried to send the messages: a send that failed is a matter for the outbox, not a
+/// fault of the consumed message, so the delivery is acknowledged and the sweeper sends the
+/// rows. Only where this instance runs no sweeper does the failure fail the delivery, whose
+/// retry or redelivery then sends the rest (the consumer does not run again).
+pub(super) fn after_commit<T>(
+    shared: &Shared,
+    key: InboxKey,
+    sent: Result<(), StoreError>,
+    outcome: T,
+) -> Result<T, ConsumeError> {
+    match sent {
+        Ok(()) => Ok(outcome),
+        Err(error) if shared.config.storage().sweeps() => {
+            tracing::warn!(
+                target: "ferrybus::inbox",
+                message_id = %key.message_id,
+                consumer_id = %key.consumer_id,
+                %error,
+                "the consumer's work is committed but its messages could not be sent; \
+                 acknowledged, the sweeper sends them"
+            );
+            Ok(outcome)
+        }
+        Err(error) => Err(error.into_consume_error()),
+    }
+}
+
+/// Sends a committed delivery's messages ([`deliver_after_commit`]); a failed send is tried
+/// again, up to `send_attempts` tries in all with the delivery back-off between them, from
+/// what the table says is left (nothing is kept in memory for it).
+pub(super) async fn send_after_commit(
+    shared: &Shared,
+    sink: &SharedSink,
+    key: InboxKey,
+    rows: Vec<StoredRow>,
+) -> Result<(), StoreError> {
+    let mut result = deliver_after_commit(shared, sink, key, rows).await;
+    let delivery = &shared.config.storage().delivery;
+    let mut delay = delivery.backoff_initial;
+    for _ in 1..delivery.send_attempts {
+        let Err(error) = &result else { break };
+        tracing::debug!(
+            target: "ferrybus::inbox",
+            message_id = %key.message_id,
+            %error,
+            retry_in = ?delay,
+            "sending a committed delivery's messages failed; trying again"
+        );
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(delivery.backoff_max);
+        result = send_rest(shared, sink, key).await;
+    }
+    result
+}
+
+/// Sends what is left of a committed entry, read from the table, under its inbox row lock (a
+/// sender holding it is waited for; an entry it completed is left alone).
+async fn send_rest(shared: &Shared, sink: &SharedSink, key: InboxKey) -> Result<(), StoreError> {
+    let sql = shared.config.storage().sql();
+    let txn = begin(shared).await?;
+    let async_commit = shared.config.is_async_delivered_commit();
+    let state = match consumer_outbox::lock(&txn, sql, key, async_commit).await {
+        Ok(state) => state,
+        Err(error) => return Err(txn.abort(error).await),
+    };
+    let Some(state) = state.filter(|s| !s.delivered) else {
+        return txn.commit().await;
+    };
+    let rows = match consumer_outbox::load(&txn, sql, key, state.last_sequence_number).await {
+        Ok(rows) => rows,
+        Err(error) => return Err(txn.abort(error).await),
+    };
+    let pipelined = shared.config.is_pipelined();
+    let result =
+        consumer_outbox::deliver(&txn, sql, sink, key, rows, pipelined, SendSource::Consumer).await;
+    finish(txn, result).await
 }
 
 /// Commits the delivery: the inbox row stays consumed and delivered when the consumer published
@@ -322,7 +406,7 @@ async fn write(
 /// of the message either waits for this to finish or (having taken the lock first) delivers
 /// them itself: `BEGIN`, lock + state (one statement), send, delete + mark delivered (one
 /// statement), `COMMIT`.
-pub(super) async fn deliver_after_commit(
+async fn deliver_after_commit(
     shared: &Shared,
     sink: &SharedSink,
     key: InboxKey,

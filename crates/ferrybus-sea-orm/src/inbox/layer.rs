@@ -1,5 +1,6 @@
 //! [`InboxLayer`]: adds the inbox and consumer outbox to an endpoint.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tower::Layer;
@@ -31,6 +32,30 @@ pub(crate) struct Shared {
     pub(crate) publish_guess: PublishGuess,
     /// The consumer id the inbox uses for the consumer of this layer, once derived.
     known_consumer_id: KnownConsumerId,
+    /// The deliveries of this endpoint running through the inbox now.
+    pub(crate) in_flight: AtomicUsize,
+}
+
+/// One delivery counted in [`Shared::in_flight`] while it lives.
+pub(crate) struct InFlight<'a>(&'a AtomicUsize);
+
+impl<'a> InFlight<'a> {
+    pub(crate) fn enter(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Self(count)
+    }
+
+    /// Whether no other delivery of the endpoint runs now: always so on a sequential endpoint
+    /// (concurrency 1), whose next delivery starts once this one is settled.
+    pub(crate) fn alone(&self) -> bool {
+        self.0.load(Ordering::Relaxed) == 1
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl InboxLayer {
@@ -58,6 +83,7 @@ impl Shared {
             handoff,
             publish_guess: PublishGuess::default(),
             known_consumer_id: KnownConsumerId::default(),
+            in_flight: AtomicUsize::new(0),
         }
     }
 

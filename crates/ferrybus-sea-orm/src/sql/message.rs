@@ -4,7 +4,7 @@ use base64::Engine as _;
 use ferrybus_core::envelope::ENVELOPE_CONTENT_TYPE;
 use ferrybus_core::outgoing::OutgoingMessage;
 use ferrybus_core::{Envelope, Headers};
-use sea_orm::sea_query::{DynIden, ExprTrait, SimpleExpr};
+use sea_orm::sea_query::{DynIden, Expr, ExprTrait, Func, SimpleExpr};
 
 use crate::sql::names::iden;
 use sea_orm::{FromQueryResult, IdenStatic, Iterable, QueryResult, Value};
@@ -130,10 +130,12 @@ fn read_properties(text: Option<&str>) -> serde_json::Map<String, Json> {
 pub(crate) struct StoredRow {
     /// `SequenceNumber`.
     pub(crate) seq: i64,
-    /// The message; `None` when the row has no destination (it cannot be sent).
+    /// The message; `None` when the row has no destination (it cannot be sent), or could not
+    /// be read at all (`unreadable` says why).
     pub(crate) message: Option<OutgoingMessage>,
-    /// Why the row cannot be sent as it is (a binary body that is not Base64): sending it
-    /// fails, so the row stays and its outbox backs off, as MassTransit's delivery would.
+    /// Why the row cannot be sent as it is (a binary body that is not Base64, a value that does
+    /// not decode): sending it fails, so the row stays and its outbox backs off, as
+    /// MassTransit's delivery would.
     pub(crate) unreadable: Option<String>,
 }
 
@@ -146,8 +148,12 @@ pub(crate) fn message_columns(names: &Names, a: &'static str) -> Vec<(SimpleExpr
             let expr = names.ac(a, col);
             let expr = match col {
                 Column::SequenceNumber => expr.cast_as(iden("bigint")),
+                // `infinity` would not decode (sqlx panics on it): read as NULL, which makes
+                // the row unreadable (`SentTime`) or the time absent.
                 Column::EnqueueTime | Column::SentTime | Column::ExpirationTime => {
-                    names.ts_read(expr)
+                    let finite =
+                        SimpleExpr::from(Func::cust(iden("isfinite")).arg(expr.clone())).eq(true);
+                    names.ts_read(Expr::case(finite, expr).into())
                 }
                 _ => expr,
             };
@@ -157,8 +163,24 @@ pub(crate) fn message_columns(names: &Names, a: &'static str) -> Vec<(SimpleExpr
 }
 
 /// Turns a row selected with [`message_columns`] into a message to send.
+///
+/// A row that does not decode (a value out of chrono's range, say) is read as unreadable: its
+/// send fails, and its outbox backs off like one with a bad body, without failing the pass
+/// that read it. Only a row whose sequence number cannot be read is an error.
 pub(crate) fn read_message(row: &QueryResult) -> Result<StoredRow, StoreError> {
-    let model = Model::from_query_result(row, "").map_err(|e| StoreError::decode(e.to_string()))?;
+    let model = match Model::from_query_result(row, "") {
+        Ok(model) => model,
+        Err(error) => {
+            let seq: i64 = row
+                .try_get("", Column::SequenceNumber.as_str())
+                .map_err(|e| StoreError::decode(e.to_string()))?;
+            return Ok(StoredRow {
+                seq,
+                message: None,
+                unreadable: Some(format!("outbox message {seq} cannot be read: {error}")),
+            });
+        }
+    };
     let seq = model.sequence_number;
     let Some(destination) = model.destination_address.filter(|d| !d.is_empty()) else {
         return Ok(StoredRow {

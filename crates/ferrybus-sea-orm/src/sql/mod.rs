@@ -953,10 +953,28 @@ impl Sql {
 
     /// Claims up to `limit` inbox rows consumed before `before` and not delivered, oldest first,
     /// skipping rows a delivery holds ([`SweptInbox`]).
-    pub(crate) fn sweep_claim(&self, before: DateTime<Utc>, limit: u64) -> Statement {
+    /// The inbox rows the sweeper takes: consumed before `before`, not delivered, none of
+    /// `excluded` (entries backed off or set aside), oldest first, up to `limit`, skipping
+    /// rows a delivery holds.
+    pub(crate) fn sweep_claim(
+        &self,
+        before: DateTime<Utc>,
+        excluded: &[InboxKey],
+        limit: u64,
+    ) -> Statement {
         let n = &self.names;
         let consumed = n.c(inbox::Column::Consumed);
-        let query = Query::select()
+        let mut query = Query::select();
+        if !excluded.is_empty() {
+            query.and_where(
+                Expr::tuple([
+                    n.e(inbox::Column::MessageId),
+                    n.e(inbox::Column::ConsumerId),
+                ])
+                .not_in_subquery(Self::keys_subquery(excluded)),
+            );
+        }
+        let query = query
             .expr_as(n.e(inbox::Column::MessageId), alias("message_id"))
             .expr_as(n.e(inbox::Column::ConsumerId), alias("consumer_id"))
             .expr_as(
@@ -1100,7 +1118,7 @@ mod tests {
                 sql.delete_outbox_messages(&[id], &[1, 2]),
                 sql.delete_outbox_states(&[id]),
                 sql.outbox_progress(id, 4),
-                sql.sweep_claim(now, 32),
+                sql.sweep_claim(now, &[key], 32),
                 sql.cleanup(now, 100),
                 sql.pending_bus_outbox(),
             ];
