@@ -45,7 +45,7 @@ impl Live {
 
     /// A new channel in confirm mode (for a consumer that also publishes).
     pub(crate) async fn create_confirm_channel(&self) -> Result<Channel> {
-        ChannelSlot::new(true).get(&self.connection).await
+        ChannelSlot::open(&self.connection, true).await
     }
 
     /// A new channel (for a consumer).
@@ -56,21 +56,75 @@ impl Live {
             .map_err(|e| RabbitMqError::amqp("opening a channel", e))
     }
 
-    /// The channel declarations run on (re-opened if a failed declaration closed it).
-    pub(crate) async fn declare_channel(&self) -> Result<Channel> {
-        self.declare.get(&self.connection).await
+    /// Where this connection's declarations run (see [`Declarer`]).
+    pub(crate) fn declarer(&self) -> Declarer<'_> {
+        Declarer {
+            connection: &self.connection,
+            slot: &self.declare,
+        }
     }
 
     /// Publishes and waits for the broker's confirm. A nack, or a mandatory message that was
-    /// returned, is an error.
+    /// returned, is an error. `properties` builds the message's properties (again if it is sent
+    /// again).
+    ///
+    /// Publishes share one channel per connection, and a publish the broker refuses closes it,
+    /// failing every confirm pending there. So a publish the broker would refuse for what it
+    /// carries (a `user_id` other than the connection's user, from a .NET outbox row's
+    /// `RMQ-UserId`) goes on a channel of its own; and a publish that failed because the shared
+    /// channel closed under it (another publish to an exchange deleted behind the declaration
+    /// cache) is sent once more on a channel of its own: the refused one fails again, the others
+    /// are confirmed. One that had reached its queues before the channel closed, unconfirmed,
+    /// then arrives twice: at least once, as any publish retried after a lost confirm.
     pub(crate) async fn publish(
+        &self,
+        target: PublishTarget<'_>,
+        body: &[u8],
+        properties: impl Fn() -> BasicProperties,
+    ) -> Result<()> {
+        let first = properties();
+        if self.foreign_user(&first) {
+            return self.publish_alone(target, body, first).await;
+        }
+        let channel = self.publish.get(&self.connection).await?;
+        match self.publish_on(&channel, target, body, first).await {
+            Err(error) if self.closed_under(&channel, &error) => {
+                tracing::debug!(target: "ferrybus::rabbitmq", %error, "the publishing channel closed; publishing again on a channel of its own");
+                self.publish_alone(target, body, properties()).await
+            }
+            result => result,
+        }
+    }
+
+    /// Publishes on a channel of its own, closed afterwards.
+    async fn publish_alone(
         &self,
         target: PublishTarget<'_>,
         body: &[u8],
         properties: BasicProperties,
     ) -> Result<()> {
-        let channel = self.publish.get(&self.connection).await?;
-        self.publish_on(&channel, target, body, properties).await
+        let own = ChannelSlot::open(&self.connection, true).await?;
+        let result = self.publish_on(&own, target, body, properties).await;
+        close_quietly(&own).await;
+        result
+    }
+
+    /// Whether `properties` name a `user_id` other than the connection's user, which the broker
+    /// refuses (closing the channel) unless the user may impersonate others.
+    fn foreign_user(&self, properties: &BasicProperties) -> bool {
+        properties
+            .user_id()
+            .as_ref()
+            .is_some_and(|user| user.as_str() != self.connection.status().username())
+    }
+
+    /// Whether `error` came from `channel` closing while the connection stays open (a refusal
+    /// of this operation or of another one on the same channel), rather than from the broker
+    /// answering (a nack, a return) or from the connection.
+    fn closed_under(&self, channel: &Channel, error: &RabbitMqError) -> bool {
+        matches!(error.kind(), ErrorKind::Broker | ErrorKind::NotConnected)
+            && error.lapin_error().is_some()
+            && closed_under(&self.connection, channel)
     }
 
     /// [`publish`](Self::publish) on a channel of the caller's (in confirm mode), e.g. the one
@@ -140,6 +194,47 @@ impl Live {
     }
 }
 
+/// Whether `channel` closed while `connection` stays open.
+fn closed_under(connection: &Connection, channel: &Channel) -> bool {
+    !channel.status().connected() && connection.status().connected()
+}
+
+/// Where declarations run: the connection's shared declaration channel, opened when a
+/// declaration is first needed (the topology cache skips those made on this connection already).
+///
+/// A refused declaration closes the channel it ran on, and with it every declaration in flight
+/// there, of other publishes, moves and endpoints. A declaration that failed because its channel
+/// closed under it runs once more, alone, on a channel of its own: the refused one fails again
+/// (closing only that channel), the others succeed; what follows goes to the shared channel,
+/// opened again.
+#[derive(Clone, Copy)]
+pub(crate) struct Declarer<'a> {
+    connection: &'a Connection,
+    slot: &'a ChannelSlot,
+}
+
+impl Declarer<'_> {
+    /// Runs one declaration (`declare` on a channel), as above; `what` names it in errors.
+    pub(crate) async fn run<T, F, Fut>(&self, what: impl Fn() -> String, declare: F) -> Result<T>
+    where
+        F: Fn(Channel) -> Fut,
+        Fut: std::future::Future<Output = lapin::Result<T>>,
+    {
+        let channel = self.slot.get(self.connection).await?;
+        let result = match declare(channel.clone()).await {
+            Err(error) if closed_under(self.connection, &channel) => {
+                tracing::debug!(target: "ferrybus::rabbitmq", %error, "the declaration channel closed; declaring again on a channel of its own");
+                let own = ChannelSlot::open(self.connection, false).await?;
+                let result = declare(own.clone()).await;
+                close_quietly(&own).await;
+                result
+            }
+            result => result,
+        };
+        result.map_err(|e| RabbitMqError::amqp(what(), e))
+    }
+}
+
 /// Where a message is published: exchange, routing key, mandatory flag.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct PublishTarget<'a> {
@@ -194,18 +289,31 @@ impl ChannelSlot {
         if let Some(channel) = self.open_channel() {
             return Ok(channel);
         }
+        let channel = Self::open(connection, self.confirm).await?;
+        *self.channel.lock().unwrap_or_else(|e| e.into_inner()) = Some(channel.clone());
+        Ok(channel)
+    }
+
+    /// A new channel on `connection`, in confirm mode if `confirm`.
+    async fn open(connection: &Connection, confirm: bool) -> Result<Channel> {
         let channel = connection
             .create_channel()
             .await
             .map_err(|e| RabbitMqError::amqp("opening a channel", e))?;
-        if self.confirm {
+        if confirm {
             channel
                 .confirm_select(ConfirmSelectOptions::default())
                 .await
                 .map_err(|e| RabbitMqError::amqp("enabling publisher confirms", e))?;
         }
-        *self.channel.lock().unwrap_or_else(|e| e.into_inner()) = Some(channel.clone());
         Ok(channel)
+    }
+}
+
+/// Closes a channel of one operation's own (it may be closed already: a refusal closed it).
+async fn close_quietly(channel: &Channel) {
+    if channel.status().connected() {
+        let _ = channel.close(200, "done".into()).await;
     }
 }
 

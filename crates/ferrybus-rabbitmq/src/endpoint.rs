@@ -136,8 +136,9 @@ impl EndpointRunner {
             .basic_qos(self.prefetch, BasicQosOptions { global: false })
             .await
             .map_err(|e| RabbitMqError::amqp("setting the prefetch count", e))?;
-        let declare = live.declare_channel().await?;
-        live.topology.endpoint(&declare, &self.topology).await?;
+        live.topology
+            .endpoint(live.declarer(), &self.topology)
+            .await?;
         let tag = format!("ferrybus-{}", uuid::Uuid::now_v7().simple());
         let consumer = channel
             .basic_consume(

@@ -126,8 +126,7 @@ fn bus_queue(name: &str) -> EndpointTopology {
 }
 
 async fn consume(live: &Live, decl: &EndpointTopology) -> Result<lapin::Consumer> {
-    let declare = live.declare_channel().await?;
-    live.topology.endpoint(&declare, decl).await?;
+    live.topology.endpoint(live.declarer(), decl).await?;
     let channel = live.create_channel().await?;
     let options = BasicConsumeOptions {
         no_ack: true,

@@ -162,15 +162,15 @@ async fn move_to(
     headers: &Headers,
     keep_expiration: bool,
 ) -> Result<()> {
-    let channel = ctx.live.declare_channel().await?;
-    ctx.live.topology.bound_queue(&channel, target).await?;
+    let live = ctx.live;
+    live.topology.bound_queue(live.declarer(), target).await?;
     let target = PublishTarget {
         exchange: target.exchange().name(),
         routing_key: delivery.routing_key.as_str(),
         mandatory: true,
     };
-    let properties = copy_properties(&delivery.properties, keep_expiration, headers);
-    let result = ctx.live.publish(target, body, properties).await;
+    let properties = || copy_properties(&delivery.properties, keep_expiration, headers);
+    let result = live.publish(target, body, properties).await;
     if result.is_err() {
         // The queue may have been deleted behind our back: declare it again next time.
         ctx.live.topology.forget_all();
