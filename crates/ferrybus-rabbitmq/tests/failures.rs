@@ -1133,3 +1133,53 @@ async fn a_publish_with_another_user_id_fails_only_itself() {
     bus.stop().await;
     probe.cleanup().await;
 }
+
+/// Requests abandoned by their caller (the future dropped: a `select!` that took another
+/// branch, an outer timeout, a cancelled task) and requests that timed out leave nothing behind
+/// in the bus's table of pending requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_and_timed_out_requests_leave_nothing_pending() {
+    let probe = Probe::connect(&amqp_url()).await;
+    let nobody = unique("nobody-answers");
+    probe.track(&[], &[&nobody]);
+    let bus = start(RabbitMqBus::builder(&amqp_url())).await;
+    let patient = bus
+        .request_client::<CheckStatus>(&format!("exchange:{nobody}"))
+        .timeout(Duration::from_secs(60));
+    for n in 0..50 {
+        let message = CheckStatus { n, fail: false };
+        let request = patient.get_response::<StatusResult>(&message);
+        // Long enough for the request to be sent and registered, far shorter than its timeout.
+        let cancelled = tokio::time::timeout(Duration::from_millis(100), request).await;
+        assert!(cancelled.is_err(), "nobody answers");
+    }
+    assert_eq!(
+        bus.pending_requests(),
+        0,
+        "cancelled requests are forgotten"
+    );
+
+    let mut requests = tokio::task::JoinSet::new();
+    for n in 0..20 {
+        let client = bus
+            .request_client::<CheckStatus>(&format!("exchange:{nobody}"))
+            .timeout(Duration::from_millis(50));
+        requests.spawn(async move {
+            let message = CheckStatus { n, fail: false };
+            client
+                .get_response::<StatusResult>(&message)
+                .await
+                .map(drop)
+        });
+    }
+    while let Some(outcome) = requests.join_next().await {
+        assert_eq!(outcome.unwrap().unwrap_err().kind(), ErrorKind::Timeout);
+    }
+    assert_eq!(
+        bus.pending_requests(),
+        0,
+        "timed-out requests are forgotten"
+    );
+    bus.stop().await;
+    probe.cleanup().await;
+}
