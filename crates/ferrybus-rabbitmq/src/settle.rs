@@ -233,4 +233,18 @@ mod tests {
             .expiration()
             .is_some());
     }
+
+    #[test]
+    fn copies_leave_the_broker_delivery_count_behind() {
+        let mut headers = lapin::types::FieldTable::default();
+        headers.insert("x-delivery-count".into(), AMQPValue::LongLongInt(4));
+        headers.insert("Tenant".into(), AMQPValue::LongString("acme".into()));
+        let original = BasicProperties::default().with_headers(headers);
+        for keep_expiration in [false, true] {
+            let copy = copy_properties(&original, keep_expiration, &Headers::new());
+            let copied = copy.headers().as_ref().unwrap().inner();
+            assert!(!copied.contains_key("x-delivery-count"));
+            assert!(copied.contains_key("Tenant"));
+        }
+    }
 }

@@ -1183,3 +1183,54 @@ async fn cancelled_and_timed_out_requests_leave_nothing_pending() {
     bus.stop().await;
     probe.cleanup().await;
 }
+
+/// The broker's `x-delivery-count` (how often a quorum queue delivered a message) stays out of
+/// `<queue>_error`: the moved copy is a new message, counted by the queue it lands in. Here the
+/// message carries the count as one replayed from a quorum `_error` queue does (RabbitMQ 3.x
+/// adds the header on every delivery from a quorum queue, replay tools copy it); the endpoint
+/// and its error queue are classic, so the broker leaves the header as it is and it can be seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_broker_delivery_count_stays_out_of_the_error_queue() {
+    test_message!(Tally, "FerrybusTests.DeliveryCount:Tally");
+    let probe = Probe::connect(&amqp_url()).await;
+    let queue = unique("delivery-count");
+    probe.track_endpoint(&queue);
+    probe.track(
+        &[],
+        &["MassTransit:Fault--FerrybusTests.DeliveryCount:Tally--"],
+    );
+    let attempts = Arc::new(AtomicU32::new(0));
+    let bus = start(
+        RabbitMqBus::builder(&amqp_url()).receive_endpoint(&queue, |e| {
+            e.bind_message_types(false)
+                .consumer(failing::<Tally>(attempts.clone()))
+        }),
+    )
+    .await;
+    let id = uuid::Uuid::now_v7();
+    let body = envelope_body(
+        &id,
+        "urn:message:FerrybusTests.DeliveryCount:Tally",
+        serde_json::json!({}),
+    );
+    let mut headers = FieldTable::default();
+    headers.insert("x-delivery-count".into(), AMQPValue::LongLongInt(3));
+    headers.insert("Tenant".into(), AMQPValue::LongString("acme".into()));
+    let properties = mt_properties(&id.to_string()).with_headers(headers);
+    probe.publish("", &queue, &body, properties).await;
+
+    let moved = probe.wait_get(&format!("{queue}_error")).await;
+    assert_eq!(attempts.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        header_str(&moved, "MT-Fault-Message").as_deref(),
+        Some("card declined")
+    );
+    assert_eq!(header_str(&moved, "Tenant").as_deref(), Some("acme"));
+    assert!(
+        !has_header(&moved, "x-delivery-count"),
+        "x-delivery-count copied into the error queue: {:?}",
+        header_int(&moved, "x-delivery-count")
+    );
+    bus.stop().await;
+    probe.cleanup().await;
+}
