@@ -30,6 +30,9 @@ use crate::topology::{short, EndpointTopology};
 /// How long in-flight deliveries get after the shutdown deadline, once cancelled.
 const CANCEL_GRACE: Duration = Duration::from_secs(1);
 
+/// How long closing a channel (or cancelling a consumer) waits for the broker's answer.
+pub(crate) const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// Everything one endpoint needs to run.
 pub(crate) struct EndpointRunner {
     pub(crate) topology: EndpointTopology,
@@ -211,9 +214,11 @@ impl EndpointRunner {
         self.service.control()
     }
 
-    /// While paused: lets the deliveries in flight finish, closes the channels (the broker
-    /// requeues what was prefetched and not started), waits until the endpoint resumes (the
-    /// dependency answers, the kill switch's timeout …). `Break` when the bus stops meanwhile.
+    /// While paused: lets the deliveries in flight finish, up to the shutdown timeout (what still
+    /// runs then is abandoned: its task is dropped), closes the channels (the broker requeues what
+    /// was prefetched and not started, and what was abandoned), waits until the endpoint resumes
+    /// (the dependency answers, the kill switch's timeout …). `Break` when the bus stops
+    /// meanwhile.
     async fn pause(&self, session: &mut Session) -> std::ops::ControlFlow<()> {
         let control = self.control();
         let (cause, reason) = match control.state() {
@@ -226,16 +231,14 @@ impl EndpointRunner {
             cause: cause.as_str().to_owned(),
             reason,
         });
-        let finish = async { while session.in_flight.join_next().await.is_some() {} };
+        let deadline = tokio::time::Instant::now() + self.shutdown_timeout;
         tokio::select! {
-            () = finish => {}
+            finished = finish_until(&mut session.in_flight, deadline) => if !finished {
+                self.abandon(session, "endpoint paused");
+            },
             () = self.stop.cancelled() => return std::ops::ControlFlow::Break(()),
         }
-        for channel in session.channels.drain(..) {
-            if channel.status().connected() {
-                let _ = channel.close(200, "endpoint paused".into()).await;
-            }
-        }
+        close_channels(session, "endpoint paused").await;
         let paused_for = tokio::select! {
             paused_for = control.until_resumed() => paused_for,
             () = self.stop.cancelled() => return std::ops::ControlFlow::Break(()),
@@ -246,6 +249,16 @@ impl EndpointRunner {
             paused_for,
         });
         std::ops::ControlFlow::Continue(())
+    }
+
+    /// Gives up on the deliveries still in flight: their tasks are dropped (a consumer stuck
+    /// for good frees its concurrency slot), and their messages go back to the queue when the
+    /// channels close.
+    fn abandon(&self, session: &mut Session, why: &str) {
+        let left = session.in_flight.len();
+        tracing::warn!(target: "ferrybus::rabbitmq", queue = %self.topology.queue().name, left, timeout = ?self.shutdown_timeout, "{why}: deliveries still running after the shutdown timeout are abandoned; the broker redelivers them");
+        // Dropping the set aborts its tasks without waiting for them.
+        drop(std::mem::take(&mut session.in_flight));
     }
 
     async fn cancel(&self, channel: &Channel, consumer: &lapin::Consumer) -> SessionEnd {
@@ -298,23 +311,33 @@ impl EndpointRunner {
     /// after a short grace abandons the rest unacknowledged (the broker requeues them when the
     /// channel closes).
     async fn drain(&self, session: &mut Session) {
-        let all = async { while session.in_flight.join_next().await.is_some() {} };
-        if tokio::time::timeout(self.shutdown_timeout, all)
-            .await
-            .is_err()
-        {
+        let deadline = tokio::time::Instant::now() + self.shutdown_timeout;
+        if !finish_until(&mut session.in_flight, deadline).await {
             tracing::warn!(target: "ferrybus::rabbitmq", queue = %self.topology.queue().name, "shutdown deadline reached; cancelling in-flight messages");
             self.pipeline_cancel.cancel();
-            let rest = async { while session.in_flight.join_next().await.is_some() {} };
-            if tokio::time::timeout(CANCEL_GRACE, rest).await.is_err() {
-                session.in_flight.abort_all();
-                while session.in_flight.join_next().await.is_some() {}
+            let grace = tokio::time::Instant::now() + CANCEL_GRACE;
+            if !finish_until(&mut session.in_flight, grace).await {
+                self.abandon(session, "stopping");
             }
         }
-        for channel in session.channels.drain(..) {
-            if channel.status().connected() {
-                let _ = channel.close(200, "endpoint stopped".into()).await;
-            }
+        close_channels(session, "endpoint stopped").await;
+    }
+}
+
+/// Waits for the deliveries in `in_flight` to finish, until `deadline`; whether they all did.
+async fn finish_until(in_flight: &mut JoinSet<()>, deadline: tokio::time::Instant) -> bool {
+    let all = async { while in_flight.join_next().await.is_some() {} };
+    tokio::time::timeout_at(deadline, all).await.is_ok()
+}
+
+/// Closes the session's channels; the broker requeues what was delivered on them and not
+/// settled. Each close waits for the broker's answer at most [`CLOSE_TIMEOUT`] (a blocked
+/// connection, during a memory or disk alarm, answers nothing).
+async fn close_channels(session: &mut Session, why: &'static str) {
+    for channel in session.channels.drain(..) {
+        if channel.status().connected() {
+            let close = channel.close(200, why.into());
+            let _ = tokio::time::timeout(CLOSE_TIMEOUT, close).await;
         }
     }
 }
