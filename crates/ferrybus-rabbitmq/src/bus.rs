@@ -29,6 +29,7 @@ use crate::publish::Publisher;
 use crate::queue::QueueEndpointExt;
 use crate::request::ResponseEndpoint;
 use crate::settings::HostSettings;
+use crate::shutdown::Shutdown;
 use crate::topology::EndpointTopology;
 
 pub use builder::RabbitMqBusBuilder;
@@ -47,7 +48,7 @@ pub(crate) struct Inner {
     tasks: Mutex<JoinSet<()>>,
     background: Mutex<Background>,
     pub(crate) responses: tokio::sync::OnceCell<Arc<ResponseEndpoint>>,
-    shutdown_timeout: Duration,
+    shutdown: Shutdown,
     delay_mode: DelayMode,
     controls: Mutex<Vec<(String, EndpointControl)>>,
 }
@@ -126,7 +127,7 @@ impl RabbitMqBus {
                 tasks: Mutex::new(JoinSet::new()),
                 background: Mutex::new(Background::default()),
                 responses: tokio::sync::OnceCell::new(),
-                shutdown_timeout,
+                shutdown: Shutdown::new(shutdown_timeout),
                 delay_mode,
                 controls: Mutex::new(Vec::new()),
             }),
@@ -269,7 +270,7 @@ impl RabbitMqBus {
             events: inner.events.clone(),
             delay_mode: inner.delay_mode,
             stop: inner.stop.clone(),
-            shutdown_timeout: inner.shutdown_timeout,
+            shutdown: inner.shutdown.clone(),
         }
     }
 
@@ -306,19 +307,39 @@ impl RabbitMqBus {
     }
 
     /// Stops gracefully, in order: endpoints stop taking deliveries (`basic.cancel`), in-flight
-    /// messages finish (up to the shutdown timeout, else they are left unacknowledged for the
-    /// broker to redeliver), the storage's background services stop (a batch being sent is sent
-    /// and recorded), outstanding confirms are awaited, and the connection is closed.
+    /// messages finish (up to the shutdown timeout; then they are cancelled, and a second later
+    /// left unacknowledged for the broker to redeliver), the storage's background services stop
+    /// (a batch being sent is sent and recorded), outstanding confirms are awaited, and the
+    /// connection is closed.
+    ///
+    /// It returns within the shutdown timeout plus two seconds whatever the broker does: every
+    /// wait for it (an answer to `basic.cancel` or to a close, a publisher confirm) is bounded,
+    /// so a broker that reads nothing from the connection (a memory or disk alarm blocks
+    /// publishing connections) does not hold the stop up; what did not finish by then is left
+    /// to the broker (unacknowledged deliveries are redelivered, an unconfirmed outbox message
+    /// is sent again).
     pub async fn stop(&self) {
+        let shutdown = &self.inner.shutdown;
+        shutdown.begin();
         self.inner.stop.cancel();
+        let end = shutdown.end();
         let mut tasks = std::mem::take(&mut *self.tasks());
-        while tasks.join_next().await.is_some() {}
+        let endpoints = async { while tasks.join_next().await.is_some() {} };
+        if tokio::time::timeout_at(end, endpoints).await.is_err() {
+            tracing::warn!(target: "ferrybus::rabbitmq", "endpoints still stopping after the shutdown timeout; abandoned");
+        }
+        drop(tasks);
         let background = std::mem::take(&mut *self.background());
-        background.stop().await;
+        if tokio::time::timeout_at(end, background.stop())
+            .await
+            .is_err()
+        {
+            tracing::warn!(target: "ferrybus::rabbitmq", "the storage's background services still stopping after the shutdown timeout; left to end on their own");
+        }
         if let Some(responses) = self.inner.responses.get() {
             responses.stop();
         }
-        self.inner.connector.close().await;
+        self.inner.connector.close(end).await;
         self.inner.events.emit(Event::Stopped);
     }
 

@@ -184,12 +184,23 @@ impl Live {
             .await
     }
 
-    async fn close(&self) {
-        if self.is_open() {
-            if let Some(channel) = self.publish.current() {
-                let _ = channel.wait_for_confirms().await;
+    /// Waits for outstanding confirms, then closes the connection, waiting for the broker
+    /// until `until` at most (a connection blocked by an alarm gets no answer: the close is left
+    /// to finish on its own, when the broker reads it or the socket closes).
+    async fn close(self: &Arc<Self>, until: tokio::time::Instant) {
+        if !self.is_open() {
+            return;
+        }
+        if let Some(channel) = self.publish.current() {
+            let confirms = channel.wait_for_confirms();
+            if tokio::time::timeout_at(until, confirms).await.is_err() {
+                tracing::warn!(target: "ferrybus::rabbitmq", "publisher confirms still outstanding at the end of the shutdown timeout; closing anyway");
             }
-            let _ = self.connection.close(200, "bye".into()).await;
+        }
+        let live = self.clone();
+        let close = tokio::spawn(async move { live.connection.close(200, "bye".into()).await });
+        if tokio::time::timeout_at(until, close).await.is_err() {
+            tracing::warn!(target: "ferrybus::rabbitmq", "the broker did not answer connection.close in time; leaving it to close on its own");
         }
     }
 }

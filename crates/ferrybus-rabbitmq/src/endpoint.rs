@@ -1,9 +1,6 @@
 //! The receive loop of one endpoint: declare, consume, hand each delivery to the endpoint
 //! service, settle; start over on a new connection after a loss.
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use bytes::Bytes;
 use ferrybus_core::integration::Endpoint;
 use ferrybus_core::pause::{Dependency, EndpointControl, EndpointState, PauseCause, Resume};
@@ -13,6 +10,7 @@ use lapin::message::Delivery;
 use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
 use lapin::Channel;
+use std::sync::Arc;
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -25,13 +23,8 @@ use crate::error::{RabbitMqError, Result};
 use crate::event::{Event, Events};
 use crate::publish::Publisher;
 use crate::settle::{settle, SettleContext};
+use crate::shutdown::{Shutdown, CANCEL_GRACE, CLOSE_TIMEOUT};
 use crate::topology::{short, EndpointTopology};
-
-/// How long in-flight deliveries get after the shutdown deadline, once cancelled.
-const CANCEL_GRACE: Duration = Duration::from_secs(1);
-
-/// How long closing a channel (or cancelling a consumer) waits for the broker's answer.
-pub(crate) const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Everything one endpoint needs to run.
 pub(crate) struct EndpointRunner {
@@ -45,7 +38,7 @@ pub(crate) struct EndpointRunner {
     pub(crate) events: Events,
     pub(crate) delay_mode: DelayMode,
     pub(crate) stop: CancellationToken,
-    pub(crate) shutdown_timeout: Duration,
+    pub(crate) shutdown: Shutdown,
 }
 
 /// Why one consume session ended.
@@ -231,7 +224,7 @@ impl EndpointRunner {
             cause: cause.as_str().to_owned(),
             reason,
         });
-        let deadline = tokio::time::Instant::now() + self.shutdown_timeout;
+        let deadline = tokio::time::Instant::now() + self.shutdown.timeout();
         tokio::select! {
             finished = finish_until(&mut session.in_flight, deadline) => if !finished {
                 self.abandon(session, "endpoint paused");
@@ -256,17 +249,23 @@ impl EndpointRunner {
     /// channels close.
     fn abandon(&self, session: &mut Session, why: &str) {
         let left = session.in_flight.len();
-        tracing::warn!(target: "ferrybus::rabbitmq", queue = %self.topology.queue().name, left, timeout = ?self.shutdown_timeout, "{why}: deliveries still running after the shutdown timeout are abandoned; the broker redelivers them");
+        tracing::warn!(target: "ferrybus::rabbitmq", queue = %self.topology.queue().name, left, timeout = ?self.shutdown.timeout(), "{why}: deliveries still running after the shutdown timeout are abandoned; the broker redelivers them");
         // Dropping the set aborts its tasks without waiting for them.
         drop(std::mem::take(&mut session.in_flight));
     }
 
+    /// Stops the broker's deliveries to `consumer` (`basic.cancel`), waiting at most
+    /// [`CLOSE_TIMEOUT`] for its answer.
     async fn cancel(&self, channel: &Channel, consumer: &lapin::Consumer) -> SessionEnd {
-        if let Err(error) = channel
-            .basic_cancel(consumer.tag(), BasicCancelOptions::default())
-            .await
-        {
-            tracing::debug!(target: "ferrybus::rabbitmq", %error, "basic.cancel failed");
+        let cancel = channel.basic_cancel(consumer.tag(), BasicCancelOptions::default());
+        match tokio::time::timeout(CLOSE_TIMEOUT, cancel).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                tracing::debug!(target: "ferrybus::rabbitmq", %error, "basic.cancel failed");
+            }
+            Err(_) => {
+                tracing::warn!(target: "ferrybus::rabbitmq", queue = %self.topology.queue().name, "the broker did not answer basic.cancel (is the connection blocked by an alarm?); going on");
+            }
         }
         SessionEnd::Stopped
     }
@@ -311,12 +310,11 @@ impl EndpointRunner {
     /// after a short grace abandons the rest unacknowledged (the broker requeues them when the
     /// channel closes).
     async fn drain(&self, session: &mut Session) {
-        let deadline = tokio::time::Instant::now() + self.shutdown_timeout;
+        let deadline = self.shutdown.deadline();
         if !finish_until(&mut session.in_flight, deadline).await {
             tracing::warn!(target: "ferrybus::rabbitmq", queue = %self.topology.queue().name, "shutdown deadline reached; cancelling in-flight messages");
             self.pipeline_cancel.cancel();
-            let grace = tokio::time::Instant::now() + CANCEL_GRACE;
-            if !finish_until(&mut session.in_flight, grace).await {
+            if !finish_until(&mut session.in_flight, deadline + CANCEL_GRACE).await {
                 self.abandon(session, "stopping");
             }
         }
@@ -331,13 +329,14 @@ async fn finish_until(in_flight: &mut JoinSet<()>, deadline: tokio::time::Instan
 }
 
 /// Closes the session's channels; the broker requeues what was delivered on them and not
-/// settled. Each close waits for the broker's answer at most [`CLOSE_TIMEOUT`] (a blocked
-/// connection, during a memory or disk alarm, answers nothing).
+/// settled. The closes wait for the broker's answers at most [`CLOSE_TIMEOUT`] (a connection
+/// blocked by a memory or disk alarm answers nothing).
 async fn close_channels(session: &mut Session, why: &'static str) {
+    let until = tokio::time::Instant::now() + CLOSE_TIMEOUT;
     for channel in session.channels.drain(..) {
         if channel.status().connected() {
             let close = channel.close(200, why.into());
-            let _ = tokio::time::timeout(CLOSE_TIMEOUT, close).await;
+            let _ = tokio::time::timeout_at(until, close).await;
         }
     }
 }

@@ -84,6 +84,7 @@ mod queue;
 mod request;
 mod settings;
 mod settle;
+mod shutdown;
 pub mod topology;
 
 pub use bus::{RabbitMqBus, RabbitMqBusBuilder};
