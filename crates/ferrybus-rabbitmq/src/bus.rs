@@ -26,13 +26,21 @@ use crate::event::{Event, Events};
 use crate::naming::temporary_queue_name;
 use crate::properties::RabbitMqProperties;
 use crate::publish::Publisher;
-use crate::queue::QueueEndpointExt;
+use crate::queue::{QueueEndpointExt, QueueOptions};
 use crate::request::ResponseEndpoint;
 use crate::settings::HostSettings;
 use crate::shutdown::Shutdown;
 use crate::topology::EndpointTopology;
 
 pub use builder::RabbitMqBusBuilder;
+
+/// The transport options of a bus, set on its builder.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BusOptions {
+    pub(crate) delay_mode: DelayMode,
+    pub(crate) shutdown_timeout: Duration,
+    pub(crate) consumer_timeout: Duration,
+}
 
 pub(crate) struct Inner {
     pub(crate) address: String,
@@ -50,6 +58,7 @@ pub(crate) struct Inner {
     pub(crate) responses: tokio::sync::OnceCell<Arc<ResponseEndpoint>>,
     shutdown: Shutdown,
     delay_mode: DelayMode,
+    consumer_timeout: Duration,
     controls: Mutex<Vec<(String, EndpointControl)>>,
 }
 
@@ -99,8 +108,7 @@ impl RabbitMqBus {
         config: BusConfig,
         connector: Arc<Connector>,
         events: Events,
-        shutdown_timeout: Duration,
-        delay_mode: DelayMode,
+        options: BusOptions,
     ) -> Self {
         let host = settings.host_address();
         let factory = Arc::new(
@@ -127,8 +135,9 @@ impl RabbitMqBus {
                 tasks: Mutex::new(JoinSet::new()),
                 background: Mutex::new(Background::default()),
                 responses: tokio::sync::OnceCell::new(),
-                shutdown: Shutdown::new(shutdown_timeout),
-                delay_mode,
+                shutdown: Shutdown::new(options.shutdown_timeout),
+                delay_mode: options.delay_mode,
+                consumer_timeout: options.consumer_timeout,
                 controls: Mutex::new(Vec::new()),
             }),
         }
@@ -243,6 +252,7 @@ impl RabbitMqBus {
         let inner = &self.inner;
         let pipeline_cancel = CancellationToken::new();
         let queue = endpoint.queue_options();
+        warn_about_retry(endpoint, &queue, inner.consumer_timeout);
         let mut context = inner.config.endpoint_context(
             endpoint,
             inner.host.entity_address(endpoint.name()),
@@ -349,6 +359,28 @@ impl RabbitMqBus {
     }
 }
 
+/// Warns when the endpoint's in-memory retry can wait longer, in all, than the broker lets a
+/// delivery go unacknowledged: the broker would take the delivery back while it is retried, and
+/// hand it to a consumer again.
+fn warn_about_retry(endpoint: &EndpointConfig, queue: &QueueOptions, broker: Duration) {
+    if let Some((retries, timeout)) = retry_outlasts(endpoint, queue, broker) {
+        tracing::warn!(target: "ferrybus::rabbitmq", queue = endpoint.name(), ?retries, consumer_timeout = ?timeout, "the endpoint's retry policy can wait longer in all than the broker's consumer_timeout: the broker would close the channel and redeliver a message while it is retried; use fewer or shorter retries (delayed redelivery for long waits), or raise consumer_timeout");
+    }
+}
+
+/// The longest total delay of the endpoint's retry policy and the acknowledgement timeout that
+/// applies to it (its queue's `x-consumer-timeout`, else the broker's), when the first is not
+/// shorter.
+fn retry_outlasts(
+    endpoint: &EndpointConfig,
+    queue: &QueueOptions,
+    broker: Duration,
+) -> Option<(Duration, Duration)> {
+    let retries = endpoint.retry_policy()?.max_total_delay();
+    let timeout = queue.consumer_timeout().unwrap_or(broker);
+    (retries >= timeout).then_some((retries, timeout))
+}
+
 /// Publishes and sends with publisher confirms; waits up to the publish timeout for a
 /// connection while the broker is away, then fails with
 /// [`PublishErrorKind::NotConnected`](ferrybus_core::error::PublishErrorKind::NotConnected).
@@ -363,5 +395,27 @@ impl Publish for RabbitMqBus {
 
     async fn deliver(&self, message: OutgoingMessage) -> std::result::Result<(), PublishError> {
         self.inner.publisher.deliver(message).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrybus_core::RetryPolicy;
+
+    #[test]
+    fn retries_longer_than_the_consumer_timeout_are_found() {
+        let minute = Duration::from_secs(60);
+        let broker = crate::DEFAULT_CONSUMER_TIMEOUT;
+        let patient = EndpointConfig::new("q").retry(RetryPolicy::interval(4, 10 * minute));
+        let check = |e: &EndpointConfig, timeout| retry_outlasts(e, &e.queue_options(), timeout);
+        assert_eq!(check(&patient, broker), Some((40 * minute, 30 * minute)));
+        assert_eq!(check(&patient, 60 * minute), None);
+        let quick = EndpointConfig::new("q").retry(RetryPolicy::intervals([minute, 5 * minute]));
+        assert_eq!(check(&quick, broker), None);
+        assert_eq!(check(&EndpointConfig::new("q"), Duration::ZERO), None);
+        // The queue's own timeout counts for its endpoint.
+        let own = quick.queue_argument("x-consumer-timeout", 120_000);
+        assert_eq!(check(&own, broker), Some((6 * minute, 2 * minute)));
     }
 }

@@ -4,7 +4,6 @@
 use bytes::Bytes;
 use ferrybus_core::integration::Endpoint;
 use ferrybus_core::pause::{Dependency, EndpointControl, EndpointState, PauseCause, Resume};
-use ferrybus_core::Settlement;
 use futures::StreamExt;
 use lapin::message::Delivery;
 use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
@@ -282,7 +281,6 @@ impl EndpointRunner {
             .clone()
             .oneshot(inbound(&delivery, body.clone()))
             .await;
-        let abandoned = matches!(settlement, Settlement::Abandon);
         let ctx = SettleContext {
             live: &live,
             topology: &self.topology,
@@ -300,8 +298,8 @@ impl EndpointRunner {
                     Resume::WhenAvailable(Dependency::Broker),
                 );
             }
-            Ok(()) if !abandoned => self.control().settled(),
-            Ok(()) => {}
+            Ok(true) => self.control().settled(),
+            Ok(false) => {}
         }
         drop(permit);
     }

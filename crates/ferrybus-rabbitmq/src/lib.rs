@@ -93,6 +93,9 @@ pub use delay::DelayMode;
 pub use error::{ErrorKind, RabbitMqError, Result};
 pub use event::Event;
 pub use properties::{RabbitMqProperties, DIRECT_REPLY_TO};
-pub use queue::{QueueEndpointExt, QueueOptions, QueueType, DEFAULT_QUORUM_DELIVERY_LIMIT};
+pub use queue::{
+    QueueEndpointExt, QueueOptions, QueueType, DEFAULT_CONSUMER_TIMEOUT,
+    DEFAULT_QUORUM_DELIVERY_LIMIT,
+};
 pub use request::{RequestClient, Response};
 pub use settings::{redact, HostSettings};

@@ -128,6 +128,24 @@ impl QueueOptions {
         &self.arguments
     }
 
+    /// The queue's own delivery acknowledgement timeout, when its `x-consumer-timeout`
+    /// argument (RabbitMQ 3.12 and later; ms) is set.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ferrybus_rabbitmq::QueueOptions;
+    /// let options = QueueOptions::default().argument("x-consumer-timeout", 600_000);
+    /// assert_eq!(options.consumer_timeout(), Some(Duration::from_secs(600)));
+    /// assert_eq!(QueueOptions::default().consumer_timeout(), None);
+    /// ```
+    pub fn consumer_timeout(&self) -> Option<Duration> {
+        self.arguments
+            .iter()
+            .find(|(name, _)| name == "x-consumer-timeout")
+            .and_then(|(_, value)| value.as_u64())
+            .map(Duration::from_millis)
+    }
+
     /// The delivery limit ferrybus keeps for the queue, before the broker does: a quorum
     /// queue's `x-delivery-limit`, else RabbitMQ 4.x's default of 20; none for classic queues
     /// (they count no deliveries). A message delivered that often without being settled (a
@@ -154,6 +172,10 @@ impl QueueOptions {
         Some(configured.unwrap_or(DEFAULT_QUORUM_DELIVERY_LIMIT))
     }
 }
+
+/// RabbitMQ's delivery acknowledgement timeout (`consumer_timeout`) when the broker sets none: 30
+/// minutes. See [`RabbitMqBusBuilder::consumer_timeout`](crate::RabbitMqBusBuilder::consumer_timeout).
+pub const DEFAULT_CONSUMER_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 /// RabbitMQ 4.x's delivery limit of quorum queues when none is configured.
 pub const DEFAULT_QUORUM_DELIVERY_LIMIT: u32 = 20;
