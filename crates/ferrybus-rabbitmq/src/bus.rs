@@ -269,8 +269,10 @@ impl RabbitMqBus {
         });
         self.controls()
             .push((endpoint.name().to_owned(), service.control().clone()));
+        let topology = EndpointTopology::for_endpoint(endpoint);
+        warn_about_error_queues(&topology);
         EndpointRunner {
-            topology: EndpointTopology::for_endpoint(endpoint),
+            topology,
             prefetch: endpoint.prefetch_count(),
             concurrency: endpoint.concurrency_limit(),
             service,
@@ -365,6 +367,19 @@ impl RabbitMqBus {
 fn warn_about_retry(endpoint: &EndpointConfig, queue: &QueueOptions, broker: Duration) {
     if let Some((retries, timeout)) = retry_outlasts(endpoint, queue, broker) {
         tracing::warn!(target: "ferrybus::rabbitmq", queue = endpoint.name(), ?retries, consumer_timeout = ?timeout, "the endpoint's retry policy can wait longer in all than the broker's consumer_timeout: the broker would close the channel and redeliver a message while it is retried; use fewer or shorter retries (delayed redelivery for long waits), or raise consumer_timeout");
+    }
+}
+
+/// Warns when the endpoint's `_error` and `_skipped` queues copy arguments that can drop a
+/// faulted message (MassTransit's declaration, kept by default).
+fn warn_about_error_queues(topology: &EndpointTopology) {
+    let dropping: Vec<&str> = topology
+        .error()
+        .queue()
+        .message_dropping_arguments()
+        .collect();
+    if !dropping.is_empty() {
+        tracing::warn!(target: "ferrybus::rabbitmq", queue = %topology.queue().name(), arguments = ?dropping, "the endpoint's error and skipped queues copy its queue's arguments, as MassTransit declares them, and these can expire or drop faulted messages; if no .NET service declares this endpoint, .error_queue_arguments(ErrorQueueArguments::KeepMessages) declares them without");
     }
 }
 

@@ -94,8 +94,8 @@ pub use error::{ErrorKind, RabbitMqError, Result};
 pub use event::Event;
 pub use properties::{RabbitMqProperties, DIRECT_REPLY_TO};
 pub use queue::{
-    QueueEndpointExt, QueueOptions, QueueType, DEFAULT_CONSUMER_TIMEOUT,
-    DEFAULT_QUORUM_DELIVERY_LIMIT,
+    ErrorQueueArguments, QueueEndpointExt, QueueOptions, QueueType, DEFAULT_CONSUMER_TIMEOUT,
+    DEFAULT_QUORUM_DELIVERY_LIMIT, MESSAGE_DROPPING_ARGUMENTS,
 };
 pub use request::{RequestClient, Response};
 pub use settings::{redact, HostSettings};

@@ -280,7 +280,7 @@ pub(crate) fn destination_exchanges(address: &EndpointAddress) -> (Exchange, Vec
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::queue::{QueueEndpointExt, QueueOptions, QueueType};
+    use crate::queue::{ErrorQueueArguments, QueueEndpointExt, QueueOptions, QueueType};
     use ferrybus_core::{consumer_fn, ConsumeContext, ConsumeError, EndpointConfig};
     use ferrybus_core::{Message, MessageType};
     use std::time::Duration;
@@ -331,7 +331,7 @@ mod tests {
                 .durable(false),
         );
         assert!(quorum.declare_options().durable);
-        let error = quorum.sibling("q_error".into());
+        let error = quorum.sibling("q_error".into(), ErrorQueueArguments::Inherit);
         assert_eq!(error.arguments, quorum.arguments);
         assert!(error.arguments.contains_key("x-queue-type"));
     }
@@ -398,6 +398,55 @@ mod tests {
         let (exchange, binding) = topology.message_types().next().unwrap();
         assert_eq!(exchange, &Exchange::fanout("Shop:OrderPlaced", true, false));
         assert_eq!(binding.destination_kind(), EntityKind::Exchange);
+    }
+
+    #[test]
+    fn error_queues_inherit_every_argument_unless_told_to_keep_their_messages() {
+        let options = QueueOptions::default()
+            .queue_type(QueueType::Quorum)
+            .delivery_limit(5)
+            .argument("x-message-ttl", 60_000)
+            .argument("x-max-length", 100)
+            .argument("x-overflow", "reject-publish")
+            .argument("x-dead-letter-exchange", "graveyard")
+            .expires(Duration::from_secs(3600));
+        let names = |q: &Queue| {
+            q.arguments()
+                .iter()
+                .map(|(n, _)| n.to_owned())
+                .collect::<Vec<_>>()
+        };
+        let inherited = EndpointTopology::new("orders", &options, Vec::<String>::new());
+        for pair in [inherited.error(), inherited.skipped()] {
+            assert_eq!(pair.queue().arguments(), inherited.queue().arguments());
+            assert_eq!(
+                pair.queue()
+                    .message_dropping_arguments()
+                    .collect::<Vec<_>>(),
+                [
+                    "x-message-ttl",
+                    "x-max-length",
+                    "x-overflow",
+                    "x-dead-letter-exchange",
+                    "x-expires"
+                ]
+            );
+        }
+        let kept = EndpointTopology::new(
+            "orders",
+            &options.error_queue_arguments(ErrorQueueArguments::KeepMessages),
+            Vec::<String>::new(),
+        );
+        assert_eq!(
+            kept.queue(),
+            inherited.queue(),
+            "the queue itself is unchanged"
+        );
+        for pair in [kept.error(), kept.skipped()] {
+            assert_eq!(names(pair.queue()), ["x-queue-type", "x-delivery-limit"]);
+            assert_eq!(pair.queue().message_dropping_arguments().count(), 0);
+            assert!(pair.queue().declare_options().durable);
+        }
     }
 
     #[test]
