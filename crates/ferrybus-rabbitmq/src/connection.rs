@@ -9,10 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::options::BasicPublishOptions;
 use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
-use tokio::sync::{Mutex, OnceCell};
+use tokio::sync::OnceCell;
 
+use crate::channel::{close_quietly, closed_under, ChannelSlot, Declarer};
 use crate::error::{ErrorKind, RabbitMqError, Result};
 use crate::settings::HostSettings;
 use crate::topology::{short, Topology};
@@ -205,127 +206,12 @@ impl Live {
     }
 }
 
-/// Whether `channel` closed while `connection` stays open.
-fn closed_under(connection: &Connection, channel: &Channel) -> bool {
-    !channel.status().connected() && connection.status().connected()
-}
-
-/// Where declarations run: the connection's shared declaration channel, opened when a
-/// declaration is first needed (the topology cache skips those made on this connection already).
-///
-/// A refused declaration closes the channel it ran on, and with it every declaration in flight
-/// there, of other publishes, moves and endpoints. A declaration that failed because its channel
-/// closed under it runs once more, alone, on a channel of its own: the refused one fails again
-/// (closing only that channel), the others succeed; what follows goes to the shared channel,
-/// opened again.
-#[derive(Clone, Copy)]
-pub(crate) struct Declarer<'a> {
-    connection: &'a Connection,
-    slot: &'a ChannelSlot,
-}
-
-impl Declarer<'_> {
-    /// Runs one declaration (`declare` on a channel), as above; `what` names it in errors.
-    pub(crate) async fn run<T, F, Fut>(&self, what: impl Fn() -> String, declare: F) -> Result<T>
-    where
-        F: Fn(Channel) -> Fut,
-        Fut: std::future::Future<Output = lapin::Result<T>>,
-    {
-        let channel = self.slot.get(self.connection).await?;
-        let result = match declare(channel.clone()).await {
-            Err(error) if closed_under(self.connection, &channel) => {
-                tracing::debug!(target: "ferrybus::rabbitmq", %error, "the declaration channel closed; declaring again on a channel of its own");
-                let own = ChannelSlot::open(self.connection, false).await?;
-                let result = declare(own.clone()).await;
-                close_quietly(&own).await;
-                result
-            }
-            result => result,
-        };
-        result.map_err(|e| RabbitMqError::amqp(what(), e))
-    }
-}
-
 /// Where a message is published: exchange, routing key, mandatory flag.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct PublishTarget<'a> {
     pub(crate) exchange: &'a str,
     pub(crate) routing_key: &'a str,
     pub(crate) mandatory: bool,
-}
-
-/// A lazily opened channel, re-opened when the broker closed it.
-///
-/// Every publish asks for it, so the open channel is read under a plain mutex held only for a
-/// clone: concurrent publishes do not queue behind each other (an async mutex hands itself from
-/// waiter to waiter, one task wake-up per publish). Only opening a channel takes the async
-/// `opening` lock, so one task opens it while the others wait for that one.
-struct ChannelSlot {
-    confirm: bool,
-    channel: std::sync::Mutex<Option<Channel>>,
-    opening: Mutex<()>,
-}
-
-impl ChannelSlot {
-    fn new(confirm: bool) -> Self {
-        Self {
-            confirm,
-            channel: std::sync::Mutex::new(None),
-            opening: Mutex::new(()),
-        }
-    }
-
-    /// The channel while it is open.
-    fn open_channel(&self) -> Option<Channel> {
-        self.channel
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .filter(|c| c.status().connected())
-            .cloned()
-    }
-
-    fn current(&self) -> Option<Channel> {
-        self.channel
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    async fn get(&self, connection: &Connection) -> Result<Channel> {
-        if let Some(channel) = self.open_channel() {
-            return Ok(channel);
-        }
-        let _opening = self.opening.lock().await;
-        if let Some(channel) = self.open_channel() {
-            return Ok(channel);
-        }
-        let channel = Self::open(connection, self.confirm).await?;
-        *self.channel.lock().unwrap_or_else(|e| e.into_inner()) = Some(channel.clone());
-        Ok(channel)
-    }
-
-    /// A new channel on `connection`, in confirm mode if `confirm`.
-    async fn open(connection: &Connection, confirm: bool) -> Result<Channel> {
-        let channel = connection
-            .create_channel()
-            .await
-            .map_err(|e| RabbitMqError::amqp("opening a channel", e))?;
-        if confirm {
-            channel
-                .confirm_select(ConfirmSelectOptions::default())
-                .await
-                .map_err(|e| RabbitMqError::amqp("enabling publisher confirms", e))?;
-        }
-        Ok(channel)
-    }
-}
-
-/// Closes a channel of one operation's own (it may be closed already: a refusal closed it).
-async fn close_quietly(channel: &Channel) {
-    if channel.status().connected() {
-        let _ = channel.close(200, "done".into()).await;
-    }
 }
 
 /// Opens a connection to host `index` of `settings` (with the extra TLS roots for `amqps://`).

@@ -71,6 +71,7 @@
 
 mod backoff;
 mod bus;
+mod channel;
 mod connection;
 pub mod convert;
 mod delay;

@@ -9,8 +9,9 @@ use tokio::sync::{watch, OnceCell};
 use tokio_util::sync::CancellationToken;
 
 use super::outage::Outage;
-use super::{open, wait_lost, ChannelSlot, Live};
+use super::{open, wait_lost, Live};
 use crate::backoff::Backoff;
+use crate::channel::ChannelSlot;
 use crate::error::{ErrorKind, RabbitMqError, Result};
 use crate::event::{Event, Events};
 use crate::settings::HostSettings;

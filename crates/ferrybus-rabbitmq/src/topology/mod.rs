@@ -13,7 +13,7 @@ use ferrybus_core::integration::EndpointAddress;
 use lapin::options::{ExchangeBindOptions, QueueBindOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 
-use crate::connection::Declarer;
+use crate::channel::Declarer;
 use crate::error::{ErrorKind, RabbitMqError, Result};
 
 pub use endpoint::{BoundQueue, Declaration, DeclaredWhen, EndpointTopology};
