@@ -26,12 +26,21 @@ use crate::event::{Event, Events};
 use crate::naming::temporary_queue_name;
 use crate::properties::RabbitMqProperties;
 use crate::publish::Publisher;
-use crate::queue::QueueEndpointExt;
+use crate::queue::{QueueEndpointExt, QueueOptions};
 use crate::request::ResponseEndpoint;
 use crate::settings::HostSettings;
+use crate::shutdown::Shutdown;
 use crate::topology::EndpointTopology;
 
 pub use builder::RabbitMqBusBuilder;
+
+/// The transport options of a bus, set on its builder.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct BusOptions {
+    pub(crate) delay_mode: DelayMode,
+    pub(crate) shutdown_timeout: Duration,
+    pub(crate) consumer_timeout: Duration,
+}
 
 pub(crate) struct Inner {
     pub(crate) address: String,
@@ -47,8 +56,9 @@ pub(crate) struct Inner {
     tasks: Mutex<JoinSet<()>>,
     background: Mutex<Background>,
     pub(crate) responses: tokio::sync::OnceCell<Arc<ResponseEndpoint>>,
-    shutdown_timeout: Duration,
+    shutdown: Shutdown,
     delay_mode: DelayMode,
+    consumer_timeout: Duration,
     controls: Mutex<Vec<(String, EndpointControl)>>,
 }
 
@@ -98,8 +108,7 @@ impl RabbitMqBus {
         config: BusConfig,
         connector: Arc<Connector>,
         events: Events,
-        shutdown_timeout: Duration,
-        delay_mode: DelayMode,
+        options: BusOptions,
     ) -> Self {
         let host = settings.host_address();
         let factory = Arc::new(
@@ -126,8 +135,9 @@ impl RabbitMqBus {
                 tasks: Mutex::new(JoinSet::new()),
                 background: Mutex::new(Background::default()),
                 responses: tokio::sync::OnceCell::new(),
-                shutdown_timeout,
-                delay_mode,
+                shutdown: Shutdown::new(options.shutdown_timeout),
+                delay_mode: options.delay_mode,
+                consumer_timeout: options.consumer_timeout,
                 controls: Mutex::new(Vec::new()),
             }),
         }
@@ -242,6 +252,7 @@ impl RabbitMqBus {
         let inner = &self.inner;
         let pipeline_cancel = CancellationToken::new();
         let queue = endpoint.queue_options();
+        warn_about_retry(endpoint, &queue, inner.consumer_timeout);
         let mut context = inner.config.endpoint_context(
             endpoint,
             inner.host.entity_address(endpoint.name()),
@@ -258,8 +269,10 @@ impl RabbitMqBus {
         });
         self.controls()
             .push((endpoint.name().to_owned(), service.control().clone()));
+        let topology = EndpointTopology::for_endpoint(endpoint);
+        warn_about_error_queues(&topology);
         EndpointRunner {
-            topology: EndpointTopology::for_endpoint(endpoint),
+            topology,
             prefetch: endpoint.prefetch_count(),
             concurrency: endpoint.concurrency_limit(),
             service,
@@ -269,7 +282,7 @@ impl RabbitMqBus {
             events: inner.events.clone(),
             delay_mode: inner.delay_mode,
             stop: inner.stop.clone(),
-            shutdown_timeout: inner.shutdown_timeout,
+            shutdown: inner.shutdown.clone(),
         }
     }
 
@@ -306,19 +319,39 @@ impl RabbitMqBus {
     }
 
     /// Stops gracefully, in order: endpoints stop taking deliveries (`basic.cancel`), in-flight
-    /// messages finish (up to the shutdown timeout, else they are left unacknowledged for the
-    /// broker to redeliver), the storage's background services stop (a batch being sent is sent
-    /// and recorded), outstanding confirms are awaited, and the connection is closed.
+    /// messages finish (up to the shutdown timeout; then they are cancelled, and a second later
+    /// left unacknowledged for the broker to redeliver), the storage's background services stop
+    /// (a batch being sent is sent and recorded), outstanding confirms are awaited, and the
+    /// connection is closed.
+    ///
+    /// It returns within the shutdown timeout plus two seconds whatever the broker does: every
+    /// wait for it (an answer to `basic.cancel` or to a close, a publisher confirm) is bounded,
+    /// so a broker that reads nothing from the connection (a memory or disk alarm blocks
+    /// publishing connections) does not hold the stop up; what did not finish by then is left
+    /// to the broker (unacknowledged deliveries are redelivered, an unconfirmed outbox message
+    /// is sent again).
     pub async fn stop(&self) {
+        let shutdown = &self.inner.shutdown;
+        shutdown.begin();
         self.inner.stop.cancel();
+        let end = shutdown.end();
         let mut tasks = std::mem::take(&mut *self.tasks());
-        while tasks.join_next().await.is_some() {}
+        let endpoints = async { while tasks.join_next().await.is_some() {} };
+        if tokio::time::timeout_at(end, endpoints).await.is_err() {
+            tracing::warn!(target: "ferrybus::rabbitmq", "endpoints still stopping after the shutdown timeout; abandoned");
+        }
+        drop(tasks);
         let background = std::mem::take(&mut *self.background());
-        background.stop().await;
+        if tokio::time::timeout_at(end, background.stop())
+            .await
+            .is_err()
+        {
+            tracing::warn!(target: "ferrybus::rabbitmq", "the storage's background services still stopping after the shutdown timeout; left to end on their own");
+        }
         if let Some(responses) = self.inner.responses.get() {
             responses.stop();
         }
-        self.inner.connector.close().await;
+        self.inner.connector.close(end).await;
         self.inner.events.emit(Event::Stopped);
     }
 
@@ -326,6 +359,41 @@ impl RabbitMqBus {
     pub fn is_stopped(&self) -> bool {
         self.inner.stop.is_cancelled()
     }
+}
+
+/// Warns when the endpoint's in-memory retry can wait longer, in all, than the broker lets a
+/// delivery go unacknowledged: the broker would take the delivery back while it is retried, and
+/// hand it to a consumer again.
+fn warn_about_retry(endpoint: &EndpointConfig, queue: &QueueOptions, broker: Duration) {
+    if let Some((retries, timeout)) = retry_outlasts(endpoint, queue, broker) {
+        tracing::warn!(target: "ferrybus::rabbitmq", queue = endpoint.name(), ?retries, consumer_timeout = ?timeout, "the endpoint's retry policy can wait longer in all than the broker's consumer_timeout: the broker would close the channel and redeliver a message while it is retried; use fewer or shorter retries (delayed redelivery for long waits), or raise consumer_timeout");
+    }
+}
+
+/// Warns when the endpoint's `_error` and `_skipped` queues copy arguments that can drop a
+/// faulted message (MassTransit's declaration, kept by default).
+fn warn_about_error_queues(topology: &EndpointTopology) {
+    let dropping: Vec<&str> = topology
+        .error()
+        .queue()
+        .message_dropping_arguments()
+        .collect();
+    if !dropping.is_empty() {
+        tracing::warn!(target: "ferrybus::rabbitmq", queue = %topology.queue().name(), arguments = ?dropping, "the endpoint's error and skipped queues copy its queue's arguments, as MassTransit declares them, and these can expire or drop faulted messages; if no .NET service declares this endpoint, .error_queue_arguments(ErrorQueueArguments::KeepMessages) declares them without");
+    }
+}
+
+/// The longest total delay of the endpoint's retry policy and the acknowledgement timeout that
+/// applies to it (its queue's `x-consumer-timeout`, else the broker's), when the first is not
+/// shorter.
+fn retry_outlasts(
+    endpoint: &EndpointConfig,
+    queue: &QueueOptions,
+    broker: Duration,
+) -> Option<(Duration, Duration)> {
+    let retries = endpoint.retry_policy()?.max_total_delay();
+    let timeout = queue.consumer_timeout().unwrap_or(broker);
+    (retries >= timeout).then_some((retries, timeout))
 }
 
 /// Publishes and sends with publisher confirms; waits up to the publish timeout for a
@@ -342,5 +410,27 @@ impl Publish for RabbitMqBus {
 
     async fn deliver(&self, message: OutgoingMessage) -> std::result::Result<(), PublishError> {
         self.inner.publisher.deliver(message).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrybus_core::RetryPolicy;
+
+    #[test]
+    fn retries_longer_than_the_consumer_timeout_are_found() {
+        let minute = Duration::from_secs(60);
+        let broker = crate::DEFAULT_CONSUMER_TIMEOUT;
+        let patient = EndpointConfig::new("q").retry(RetryPolicy::interval(4, 10 * minute));
+        let check = |e: &EndpointConfig, timeout| retry_outlasts(e, &e.queue_options(), timeout);
+        assert_eq!(check(&patient, broker), Some((40 * minute, 30 * minute)));
+        assert_eq!(check(&patient, 60 * minute), None);
+        let quick = EndpointConfig::new("q").retry(RetryPolicy::intervals([minute, 5 * minute]));
+        assert_eq!(check(&quick, broker), None);
+        assert_eq!(check(&EndpointConfig::new("q"), Duration::ZERO), None);
+        // The queue's own timeout counts for its endpoint.
+        let own = quick.queue_argument("x-consumer-timeout", 120_000);
+        assert_eq!(check(&own, broker), Some((6 * minute, 2 * minute)));
     }
 }

@@ -9,10 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::options::BasicPublishOptions;
 use lapin::{BasicProperties, Channel, Confirmation, Connection, ConnectionProperties};
-use tokio::sync::{Mutex, OnceCell};
+use tokio::sync::OnceCell;
 
+use crate::channel::{close_quietly, closed_under, ChannelSlot, Declarer};
 use crate::error::{ErrorKind, RabbitMqError, Result};
 use crate::settings::HostSettings;
 use crate::topology::{short, Topology};
@@ -45,7 +46,7 @@ impl Live {
 
     /// A new channel in confirm mode (for a consumer that also publishes).
     pub(crate) async fn create_confirm_channel(&self) -> Result<Channel> {
-        ChannelSlot::new(true).get(&self.connection).await
+        ChannelSlot::open(&self.connection, true).await
     }
 
     /// A new channel (for a consumer).
@@ -56,21 +57,75 @@ impl Live {
             .map_err(|e| RabbitMqError::amqp("opening a channel", e))
     }
 
-    /// The channel declarations run on (re-opened if a failed declaration closed it).
-    pub(crate) async fn declare_channel(&self) -> Result<Channel> {
-        self.declare.get(&self.connection).await
+    /// Where this connection's declarations run (see [`Declarer`]).
+    pub(crate) fn declarer(&self) -> Declarer<'_> {
+        Declarer {
+            connection: &self.connection,
+            slot: &self.declare,
+        }
     }
 
     /// Publishes and waits for the broker's confirm. A nack, or a mandatory message that was
-    /// returned, is an error.
+    /// returned, is an error. `properties` builds the message's properties (again if it is sent
+    /// again).
+    ///
+    /// Publishes share one channel per connection, and a publish the broker refuses closes it,
+    /// failing every confirm pending there. So a publish the broker would refuse for what it
+    /// carries (a `user_id` other than the connection's user, from a .NET outbox row's
+    /// `RMQ-UserId`) goes on a channel of its own; and a publish that failed because the shared
+    /// channel closed under it (another publish to an exchange deleted behind the declaration
+    /// cache) is sent once more on a channel of its own: the refused one fails again, the others
+    /// are confirmed. One that had reached its queues before the channel closed, unconfirmed,
+    /// then arrives twice: at least once, as any publish retried after a lost confirm.
     pub(crate) async fn publish(
+        &self,
+        target: PublishTarget<'_>,
+        body: &[u8],
+        properties: impl Fn() -> BasicProperties,
+    ) -> Result<()> {
+        let first = properties();
+        if self.foreign_user(&first) {
+            return self.publish_alone(target, body, first).await;
+        }
+        let channel = self.publish.get(&self.connection).await?;
+        match self.publish_on(&channel, target, body, first).await {
+            Err(error) if self.closed_under(&channel, &error) => {
+                tracing::debug!(target: "ferrybus::rabbitmq", %error, "the publishing channel closed; publishing again on a channel of its own");
+                self.publish_alone(target, body, properties()).await
+            }
+            result => result,
+        }
+    }
+
+    /// Publishes on a channel of its own, closed afterwards.
+    async fn publish_alone(
         &self,
         target: PublishTarget<'_>,
         body: &[u8],
         properties: BasicProperties,
     ) -> Result<()> {
-        let channel = self.publish.get(&self.connection).await?;
-        self.publish_on(&channel, target, body, properties).await
+        let own = ChannelSlot::open(&self.connection, true).await?;
+        let result = self.publish_on(&own, target, body, properties).await;
+        close_quietly(&own).await;
+        result
+    }
+
+    /// Whether `properties` name a `user_id` other than the connection's user, which the broker
+    /// refuses (closing the channel) unless the user may impersonate others.
+    fn foreign_user(&self, properties: &BasicProperties) -> bool {
+        properties
+            .user_id()
+            .as_ref()
+            .is_some_and(|user| user.as_str() != self.connection.status().username())
+    }
+
+    /// Whether `error` came from `channel` closing while the connection stays open (a refusal
+    /// of this operation or of another one on the same channel), rather than from the broker
+    /// answering (a nack, a return) or from the connection.
+    fn closed_under(&self, channel: &Channel, error: &RabbitMqError) -> bool {
+        matches!(error.kind(), ErrorKind::Broker | ErrorKind::NotConnected)
+            && error.lapin_error().is_some()
+            && closed_under(&self.connection, channel)
     }
 
     /// [`publish`](Self::publish) on a channel of the caller's (in confirm mode), e.g. the one
@@ -130,12 +185,23 @@ impl Live {
             .await
     }
 
-    async fn close(&self) {
-        if self.is_open() {
-            if let Some(channel) = self.publish.current() {
-                let _ = channel.wait_for_confirms().await;
+    /// Waits for outstanding confirms, then closes the connection, waiting for the broker
+    /// until `until` at most (a connection blocked by an alarm gets no answer: the close is left
+    /// to finish on its own, when the broker reads it or the socket closes).
+    async fn close(self: &Arc<Self>, until: tokio::time::Instant) {
+        if !self.is_open() {
+            return;
+        }
+        if let Some(channel) = self.publish.current() {
+            let confirms = channel.wait_for_confirms();
+            if tokio::time::timeout_at(until, confirms).await.is_err() {
+                tracing::warn!(target: "ferrybus::rabbitmq", "publisher confirms still outstanding at the end of the shutdown timeout; closing anyway");
             }
-            let _ = self.connection.close(200, "bye".into()).await;
+        }
+        let live = self.clone();
+        let close = tokio::spawn(async move { live.connection.close(200, "bye".into()).await });
+        if tokio::time::timeout_at(until, close).await.is_err() {
+            tracing::warn!(target: "ferrybus::rabbitmq", "the broker did not answer connection.close in time; leaving it to close on its own");
         }
     }
 }
@@ -146,67 +212,6 @@ pub(crate) struct PublishTarget<'a> {
     pub(crate) exchange: &'a str,
     pub(crate) routing_key: &'a str,
     pub(crate) mandatory: bool,
-}
-
-/// A lazily opened channel, re-opened when the broker closed it.
-///
-/// Every publish asks for it, so the open channel is read under a plain mutex held only for a
-/// clone: concurrent publishes do not queue behind each other (an async mutex hands itself from
-/// waiter to waiter, one task wake-up per publish). Only opening a channel takes the async
-/// `opening` lock, so one task opens it while the others wait for that one.
-struct ChannelSlot {
-    confirm: bool,
-    channel: std::sync::Mutex<Option<Channel>>,
-    opening: Mutex<()>,
-}
-
-impl ChannelSlot {
-    fn new(confirm: bool) -> Self {
-        Self {
-            confirm,
-            channel: std::sync::Mutex::new(None),
-            opening: Mutex::new(()),
-        }
-    }
-
-    /// The channel while it is open.
-    fn open_channel(&self) -> Option<Channel> {
-        self.channel
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .filter(|c| c.status().connected())
-            .cloned()
-    }
-
-    fn current(&self) -> Option<Channel> {
-        self.channel
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    async fn get(&self, connection: &Connection) -> Result<Channel> {
-        if let Some(channel) = self.open_channel() {
-            return Ok(channel);
-        }
-        let _opening = self.opening.lock().await;
-        if let Some(channel) = self.open_channel() {
-            return Ok(channel);
-        }
-        let channel = connection
-            .create_channel()
-            .await
-            .map_err(|e| RabbitMqError::amqp("opening a channel", e))?;
-        if self.confirm {
-            channel
-                .confirm_select(ConfirmSelectOptions::default())
-                .await
-                .map_err(|e| RabbitMqError::amqp("enabling publisher confirms", e))?;
-        }
-        *self.channel.lock().unwrap_or_else(|e| e.into_inner()) = Some(channel.clone());
-        Ok(channel)
-    }
 }
 
 /// Opens a connection to host `index` of `settings` (with the extra TLS roots for `amqps://`).

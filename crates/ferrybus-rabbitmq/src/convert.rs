@@ -217,21 +217,32 @@ pub(crate) fn outgoing_properties(message: &OutgoingMessage) -> BasicProperties 
 /// instead of its headers, `expiration` only when `keep_expiration`, and no `user_id` (the
 /// broker refuses a `user_id` other than the publishing connection's user).
 ///
+/// The broker's `x-delivery-count` (how often a quorum queue delivered the original) is left out
+/// of `headers`: the copy is a new message, whose deliveries the queue it lands in counts. A copy
+/// carrying the old count would count towards a delivery limit wherever the broker leaves the
+/// header as it is (a classic queue, a quorum queue that adds it only from the first
+/// redelivery), and a replayed message could be faulted as delivered too often.
+///
 /// ```
-/// use lapin::{types::FieldTable, BasicProperties};
+/// use lapin::types::{AMQPValue, FieldTable};
+/// use lapin::BasicProperties;
 /// let original = BasicProperties::default()
 ///     .with_message_id("m-1".into())
 ///     .with_expiration("5000".into())
 ///     .with_user_id("someone".into());
-/// let copy = ferrybus_rabbitmq::republish_properties(&original, FieldTable::default(), false);
+/// let mut headers = FieldTable::default();
+/// headers.insert("x-delivery-count".into(), AMQPValue::LongLongInt(3));
+/// let copy = ferrybus_rabbitmq::republish_properties(&original, headers, false);
 /// assert_eq!(copy.message_id().as_ref().map(|m| m.as_str()), Some("m-1"));
 /// assert!(copy.expiration().is_none() && copy.user_id().is_none());
+/// assert!(!copy.headers().as_ref().unwrap().contains_key("x-delivery-count"));
 /// ```
 pub fn republish_properties(
     original: &BasicProperties,
-    headers: FieldTable,
+    mut headers: FieldTable,
     keep_expiration: bool,
 ) -> BasicProperties {
+    remove_key(&mut headers, DELIVERY_COUNT);
     let p = original;
     let mut out = BasicProperties::default().with_headers(headers);
     let copy = |value: &Option<ShortString>| value.clone();
@@ -299,10 +310,13 @@ pub(crate) fn inbound(delivery: &lapin::message::Delivery, body: Bytes) -> Deliv
     }
 }
 
+/// The header in which a quorum queue counts a message's deliveries.
+const DELIVERY_COUNT: &str = "x-delivery-count";
+
 /// The `x-delivery-count` header a quorum queue sets on redeliveries.
 fn delivery_count(delivery: &lapin::message::Delivery) -> Option<u32> {
     let headers = delivery.properties.headers().as_ref()?;
-    let value = headers.inner().get("x-delivery-count")?;
+    let value = headers.inner().get(DELIVERY_COUNT)?;
     let count = match value {
         AMQPValue::LongLongInt(n) => *n,
         AMQPValue::LongInt(n) => i64::from(*n),

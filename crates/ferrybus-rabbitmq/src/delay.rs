@@ -72,21 +72,19 @@ async fn via_plugin(
         "x-delayed-type".into(),
         AMQPValue::LongString("fanout".into()),
     );
-    let channel = live.declare_channel().await?;
-    live.topology.exchange(&channel, &exchange).await?;
-    live.topology
-        .bind_exchange(&channel, &name, &source.name)
-        .await?;
+    let on = live.declarer();
+    live.topology.exchange(on, &exchange).await?;
+    live.topology.bind_exchange(on, &name, &source.name).await?;
     let mut headers = properties.headers().clone().unwrap_or_default();
     headers.insert("x-delay".into(), AMQPValue::LongLongInt(ms));
+    let properties = properties.with_headers(headers);
     // A delayed exchange cannot route at publish time, so a mandatory publish would come back.
     let target = PublishTarget {
         exchange: &name,
         routing_key: "",
         mandatory: false,
     };
-    live.publish(target, body, properties.with_headers(headers))
-        .await
+    live.publish(target, body, || properties.clone()).await
 }
 
 /// The dead-letter delay queue for `ms` on endpoint `source`.
@@ -123,15 +121,14 @@ async fn via_ttl_queue(
     properties: BasicProperties,
 ) -> Result<()> {
     let queue = ttl_queue(source, ms);
-    let channel = live.declare_channel().await?;
     // Declared on every use: that resets the `x-expires` timer, so a queue in use never expires.
-    live.topology.queue_always(&channel, &queue).await?;
+    live.topology.queue_always(live.declarer(), &queue).await?;
     let target = PublishTarget {
         exchange: "",
         routing_key: &queue.name,
         mandatory: true,
     };
-    live.publish(target, body, properties).await
+    live.publish(target, body, || properties.clone()).await
 }
 
 #[cfg(test)]

@@ -1,18 +1,15 @@
 //! The receive loop of one endpoint: declare, consume, hand each delivery to the endpoint
 //! service, settle; start over on a new connection after a loss.
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use bytes::Bytes;
 use ferrybus_core::integration::Endpoint;
 use ferrybus_core::pause::{Dependency, EndpointControl, EndpointState, PauseCause, Resume};
-use ferrybus_core::Settlement;
 use futures::StreamExt;
 use lapin::message::Delivery;
 use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
 use lapin::Channel;
+use std::sync::Arc;
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -25,10 +22,8 @@ use crate::error::{RabbitMqError, Result};
 use crate::event::{Event, Events};
 use crate::publish::Publisher;
 use crate::settle::{settle, SettleContext};
+use crate::shutdown::{Shutdown, CANCEL_GRACE, CLOSE_TIMEOUT};
 use crate::topology::{short, EndpointTopology};
-
-/// How long in-flight deliveries get after the shutdown deadline, once cancelled.
-const CANCEL_GRACE: Duration = Duration::from_secs(1);
 
 /// Everything one endpoint needs to run.
 pub(crate) struct EndpointRunner {
@@ -42,7 +37,7 @@ pub(crate) struct EndpointRunner {
     pub(crate) events: Events,
     pub(crate) delay_mode: DelayMode,
     pub(crate) stop: CancellationToken,
-    pub(crate) shutdown_timeout: Duration,
+    pub(crate) shutdown: Shutdown,
 }
 
 /// Why one consume session ended.
@@ -136,8 +131,9 @@ impl EndpointRunner {
             .basic_qos(self.prefetch, BasicQosOptions { global: false })
             .await
             .map_err(|e| RabbitMqError::amqp("setting the prefetch count", e))?;
-        let declare = live.declare_channel().await?;
-        live.topology.endpoint(&declare, &self.topology).await?;
+        live.topology
+            .endpoint(live.declarer(), &self.topology)
+            .await?;
         let tag = format!("ferrybus-{}", uuid::Uuid::now_v7().simple());
         let consumer = channel
             .basic_consume(
@@ -210,9 +206,11 @@ impl EndpointRunner {
         self.service.control()
     }
 
-    /// While paused: lets the deliveries in flight finish, closes the channels (the broker
-    /// requeues what was prefetched and not started), waits until the endpoint resumes (the
-    /// dependency answers, the kill switch's timeout …). `Break` when the bus stops meanwhile.
+    /// While paused: lets the deliveries in flight finish, up to the shutdown timeout (what still
+    /// runs then is abandoned: its task is dropped), closes the channels (the broker requeues what
+    /// was prefetched and not started, and what was abandoned), waits until the endpoint resumes
+    /// (the dependency answers, the kill switch's timeout …). `Break` when the bus stops
+    /// meanwhile.
     async fn pause(&self, session: &mut Session) -> std::ops::ControlFlow<()> {
         let control = self.control();
         let (cause, reason) = match control.state() {
@@ -225,16 +223,14 @@ impl EndpointRunner {
             cause: cause.as_str().to_owned(),
             reason,
         });
-        let finish = async { while session.in_flight.join_next().await.is_some() {} };
+        let deadline = tokio::time::Instant::now() + self.shutdown.timeout();
         tokio::select! {
-            () = finish => {}
+            finished = finish_until(&mut session.in_flight, deadline) => if !finished {
+                self.abandon(session, "endpoint paused");
+            },
             () = self.stop.cancelled() => return std::ops::ControlFlow::Break(()),
         }
-        for channel in session.channels.drain(..) {
-            if channel.status().connected() {
-                let _ = channel.close(200, "endpoint paused".into()).await;
-            }
-        }
+        close_channels(session, "endpoint paused").await;
         let paused_for = tokio::select! {
             paused_for = control.until_resumed() => paused_for,
             () = self.stop.cancelled() => return std::ops::ControlFlow::Break(()),
@@ -247,12 +243,28 @@ impl EndpointRunner {
         std::ops::ControlFlow::Continue(())
     }
 
+    /// Gives up on the deliveries still in flight: their tasks are dropped (a consumer stuck
+    /// for good frees its concurrency slot), and their messages go back to the queue when the
+    /// channels close.
+    fn abandon(&self, session: &mut Session, why: &str) {
+        let left = session.in_flight.len();
+        tracing::warn!(target: "ferrybus::rabbitmq", queue = %self.topology.queue().name, left, timeout = ?self.shutdown.timeout(), "{why}: deliveries still running after the shutdown timeout are abandoned; the broker redelivers them");
+        // Dropping the set aborts its tasks without waiting for them.
+        drop(std::mem::take(&mut session.in_flight));
+    }
+
+    /// Stops the broker's deliveries to `consumer` (`basic.cancel`), waiting at most
+    /// [`CLOSE_TIMEOUT`] for its answer.
     async fn cancel(&self, channel: &Channel, consumer: &lapin::Consumer) -> SessionEnd {
-        if let Err(error) = channel
-            .basic_cancel(consumer.tag(), BasicCancelOptions::default())
-            .await
-        {
-            tracing::debug!(target: "ferrybus::rabbitmq", %error, "basic.cancel failed");
+        let cancel = channel.basic_cancel(consumer.tag(), BasicCancelOptions::default());
+        match tokio::time::timeout(CLOSE_TIMEOUT, cancel).await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                tracing::debug!(target: "ferrybus::rabbitmq", %error, "basic.cancel failed");
+            }
+            Err(_) => {
+                tracing::warn!(target: "ferrybus::rabbitmq", queue = %self.topology.queue().name, "the broker did not answer basic.cancel (is the connection blocked by an alarm?); going on");
+            }
         }
         SessionEnd::Stopped
     }
@@ -269,7 +281,6 @@ impl EndpointRunner {
             .clone()
             .oneshot(inbound(&delivery, body.clone()))
             .await;
-        let abandoned = matches!(settlement, Settlement::Abandon);
         let ctx = SettleContext {
             live: &live,
             topology: &self.topology,
@@ -287,8 +298,8 @@ impl EndpointRunner {
                     Resume::WhenAvailable(Dependency::Broker),
                 );
             }
-            Ok(()) if !abandoned => self.control().settled(),
-            Ok(()) => {}
+            Ok(true) => self.control().settled(),
+            Ok(false) => {}
         }
         drop(permit);
     }
@@ -297,23 +308,33 @@ impl EndpointRunner {
     /// after a short grace abandons the rest unacknowledged (the broker requeues them when the
     /// channel closes).
     async fn drain(&self, session: &mut Session) {
-        let all = async { while session.in_flight.join_next().await.is_some() {} };
-        if tokio::time::timeout(self.shutdown_timeout, all)
-            .await
-            .is_err()
-        {
+        let deadline = self.shutdown.deadline();
+        if !finish_until(&mut session.in_flight, deadline).await {
             tracing::warn!(target: "ferrybus::rabbitmq", queue = %self.topology.queue().name, "shutdown deadline reached; cancelling in-flight messages");
             self.pipeline_cancel.cancel();
-            let rest = async { while session.in_flight.join_next().await.is_some() {} };
-            if tokio::time::timeout(CANCEL_GRACE, rest).await.is_err() {
-                session.in_flight.abort_all();
-                while session.in_flight.join_next().await.is_some() {}
+            if !finish_until(&mut session.in_flight, deadline + CANCEL_GRACE).await {
+                self.abandon(session, "stopping");
             }
         }
-        for channel in session.channels.drain(..) {
-            if channel.status().connected() {
-                let _ = channel.close(200, "endpoint stopped".into()).await;
-            }
+        close_channels(session, "endpoint stopped").await;
+    }
+}
+
+/// Waits for the deliveries in `in_flight` to finish, until `deadline`; whether they all did.
+async fn finish_until(in_flight: &mut JoinSet<()>, deadline: tokio::time::Instant) -> bool {
+    let all = async { while in_flight.join_next().await.is_some() {} };
+    tokio::time::timeout_at(deadline, all).await.is_ok()
+}
+
+/// Closes the session's channels; the broker requeues what was delivered on them and not
+/// settled. The closes wait for the broker's answers at most [`CLOSE_TIMEOUT`] (a connection
+/// blocked by a memory or disk alarm answers nothing).
+async fn close_channels(session: &mut Session, why: &'static str) {
+    let until = tokio::time::Instant::now() + CLOSE_TIMEOUT;
+    for channel in session.channels.drain(..) {
+        if channel.status().connected() {
+            let close = channel.close(200, why.into());
+            let _ = tokio::time::timeout_at(until, close).await;
         }
     }
 }

@@ -71,6 +71,7 @@
 
 mod backoff;
 mod bus;
+mod channel;
 mod connection;
 pub mod convert;
 mod delay;
@@ -84,6 +85,7 @@ mod queue;
 mod request;
 mod settings;
 mod settle;
+mod shutdown;
 pub mod topology;
 
 pub use bus::{RabbitMqBus, RabbitMqBusBuilder};
@@ -92,6 +94,9 @@ pub use delay::DelayMode;
 pub use error::{ErrorKind, RabbitMqError, Result};
 pub use event::Event;
 pub use properties::{RabbitMqProperties, DIRECT_REPLY_TO};
-pub use queue::{QueueEndpointExt, QueueOptions, QueueType, DEFAULT_QUORUM_DELIVERY_LIMIT};
+pub use queue::{
+    ErrorQueueArguments, QueueEndpointExt, QueueOptions, QueueType, DEFAULT_CONSUMER_TIMEOUT,
+    DEFAULT_QUORUM_DELIVERY_LIMIT, MESSAGE_DROPPING_ARGUMENTS,
+};
 pub use request::{RequestClient, Response};
 pub use settings::HostSettings;

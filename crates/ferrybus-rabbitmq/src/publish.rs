@@ -139,20 +139,23 @@ impl Publisher {
             }
             exchange = "";
         } else {
-            let declare = live.declare_channel().await?;
             live.topology
-                .destination(&declare, address, &message.publish_bindings)
+                .destination(live.declarer(), address, &message.publish_bindings)
                 .await?;
         }
-        let mut properties = row.apply(outgoing_properties(message));
-        if let Some(activity_id) = activity_id {
+        // Built when sent (and again if it is sent again on a channel of its own).
+        let properties = || {
+            let properties = row.apply(outgoing_properties(message));
+            let Some(activity_id) = activity_id else {
+                return properties;
+            };
             let mut headers = properties.headers().clone().unwrap_or_default();
             headers.insert(
                 "MT-Activity-Id".into(),
                 AMQPValue::LongString(activity_id.into()),
             );
-            properties = properties.with_headers(headers);
-        }
+            properties.with_headers(headers)
+        };
         if let Some(delay) = row.delay.filter(|d| !d.is_zero() && !exchange.is_empty()) {
             // As MassTransit's RabbitMqSendTransportContext: through `<exchange>_delay` (the
             // delayed-message plugin) or, without it, a TTL queue dead-lettering to the exchange.
@@ -169,7 +172,7 @@ impl Publisher {
                 &source,
                 delay,
                 &message.body,
-                properties,
+                properties(),
             )
             .await;
         }
@@ -180,7 +183,7 @@ impl Publisher {
         };
         match channel {
             Some(channel) => {
-                live.publish_on(channel, target, &message.body, properties)
+                live.publish_on(channel, target, &message.body, properties())
                     .await
             }
             None => live.publish(target, &message.body, properties).await,

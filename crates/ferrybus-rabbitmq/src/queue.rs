@@ -37,6 +37,59 @@ pub struct QueueOptions {
     auto_delete: bool,
     exclusive: bool,
     arguments: Vec<(String, Value)>,
+    error_queue_arguments: ErrorQueueArguments,
+}
+
+/// The queue arguments that make RabbitMQ expire, drop or dead-letter messages (or delete the
+/// queue with them): `x-expires`, `x-message-ttl`, `x-max-length`, `x-max-length-bytes`,
+/// `x-overflow`, `x-dead-letter-exchange`, `x-dead-letter-routing-key`, `x-dead-letter-strategy`.
+/// On an endpoint's queue they shape its traffic; copied to its `<queue>_error` queue, a faulted
+/// message can expire there, or be dropped, before anyone looked at it.
+pub const MESSAGE_DROPPING_ARGUMENTS: [&str; 8] = [
+    "x-expires",
+    "x-message-ttl",
+    "x-max-length",
+    "x-max-length-bytes",
+    "x-overflow",
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-dead-letter-strategy",
+];
+
+/// Which of an endpoint queue's arguments its `<queue>_error` and `<queue>_skipped` queues are
+/// declared with ([`QueueEndpointExt::error_queue_arguments`]).
+///
+/// ```
+/// use ferrybus_rabbitmq::topology::EndpointTopology;
+/// use ferrybus_rabbitmq::{ErrorQueueArguments, QueueOptions, QueueType};
+/// let options = QueueOptions::default()
+///     .queue_type(QueueType::Quorum)
+///     .argument("x-message-ttl", 60_000);
+/// let inherited = EndpointTopology::new("orders", &options, Vec::<String>::new());
+/// assert!(inherited.error().queue().arguments().contains_key("x-message-ttl"));
+///
+/// let kept = options.error_queue_arguments(ErrorQueueArguments::KeepMessages);
+/// let topology = EndpointTopology::new("orders", &kept, Vec::<String>::new());
+/// let arguments = topology.error().queue().arguments();
+/// assert!(!arguments.contains_key("x-message-ttl"));
+/// assert!(arguments.contains_key("x-queue-type"));
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorQueueArguments {
+    /// All of them, flags included, as MassTransit declares them (`RabbitMqErrorSettings`
+    /// copies the source queue's arguments): the default, and what an endpoint that a .NET
+    /// service declares too needs (the broker refuses a declaration of an existing queue with
+    /// other arguments). The bus warns at start when this copies
+    /// [`MESSAGE_DROPPING_ARGUMENTS`].
+    #[default]
+    Inherit,
+    /// All but [`MESSAGE_DROPPING_ARGUMENTS`]: the error queues keep every message until someone
+    /// takes it. For durable endpoints that no .NET service declares (MassTransit would declare
+    /// the error queues with the arguments, and one of the two declarations would be refused
+    /// with `PRECONDITION_FAILED`). An error queue that exists already with other arguments must
+    /// be deleted (or emptied and deleted) first, for the same reason.
+    KeepMessages,
 }
 
 impl Default for QueueOptions {
@@ -47,6 +100,7 @@ impl Default for QueueOptions {
             auto_delete: false,
             exclusive: false,
             arguments: Vec::new(),
+            error_queue_arguments: ErrorQueueArguments::Inherit,
         }
     }
 }
@@ -102,6 +156,18 @@ impl QueueOptions {
         self.argument("x-expires", ms)
     }
 
+    /// Which of the queue's arguments its `_error` and `_skipped` queues are declared with
+    /// ([`ErrorQueueArguments::Inherit`], MassTransit's way, by default).
+    pub fn error_queue_arguments(mut self, arguments: ErrorQueueArguments) -> Self {
+        self.error_queue_arguments = arguments;
+        self
+    }
+
+    /// Which of the queue's arguments its `_error` and `_skipped` queues are declared with.
+    pub fn error_queues(&self) -> ErrorQueueArguments {
+        self.error_queue_arguments
+    }
+
     /// The queue type.
     pub fn kind(&self) -> QueueType {
         self.queue_type
@@ -126,6 +192,24 @@ impl QueueOptions {
     /// [`QueueOptions::kind`]).
     pub fn arguments(&self) -> &[(String, Value)] {
         &self.arguments
+    }
+
+    /// The queue's own delivery acknowledgement timeout, when its `x-consumer-timeout`
+    /// argument (RabbitMQ 3.12 and later; ms) is set.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ferrybus_rabbitmq::QueueOptions;
+    /// let options = QueueOptions::default().argument("x-consumer-timeout", 600_000);
+    /// assert_eq!(options.consumer_timeout(), Some(Duration::from_secs(600)));
+    /// assert_eq!(QueueOptions::default().consumer_timeout(), None);
+    /// ```
+    pub fn consumer_timeout(&self) -> Option<Duration> {
+        self.arguments
+            .iter()
+            .find(|(name, _)| name == "x-consumer-timeout")
+            .and_then(|(_, value)| value.as_u64())
+            .map(Duration::from_millis)
     }
 
     /// The delivery limit ferrybus keeps for the queue, before the broker does: a quorum
@@ -154,6 +238,10 @@ impl QueueOptions {
         Some(configured.unwrap_or(DEFAULT_QUORUM_DELIVERY_LIMIT))
     }
 }
+
+/// RabbitMQ's delivery acknowledgement timeout (`consumer_timeout`) when the broker sets none: 30
+/// minutes. See [`RabbitMqBusBuilder::consumer_timeout`](crate::RabbitMqBusBuilder::consumer_timeout).
+pub const DEFAULT_CONSUMER_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 /// RabbitMQ 4.x's delivery limit of quorum queues when none is configured.
 pub const DEFAULT_QUORUM_DELIVERY_LIMIT: u32 = 20;
@@ -196,6 +284,24 @@ pub trait QueueEndpointExt: Sized {
     /// [`QueueOptions::delivery_limit`]).
     fn delivery_limit(self, deliveries: u32) -> Self {
         let options = self.queue_options().delivery_limit(deliveries);
+        self.with_queue_options(options)
+    }
+
+    /// Which of the queue's arguments its `<queue>_error` and `<queue>_skipped` queues are
+    /// declared with. By default all of them, as MassTransit declares them
+    /// ([`ErrorQueueArguments::Inherit`]); [`ErrorQueueArguments::KeepMessages`] leaves out
+    /// those that expire, drop or dead-letter messages, for endpoints no .NET service shares.
+    ///
+    /// ```
+    /// use ferrybus_core::EndpointConfig;
+    /// use ferrybus_rabbitmq::{ErrorQueueArguments, QueueEndpointExt};
+    /// let endpoint = EndpointConfig::new("billing-invoice")
+    ///     .queue_argument("x-message-ttl", 3_600_000)
+    ///     .error_queue_arguments(ErrorQueueArguments::KeepMessages);
+    /// assert_eq!(endpoint.queue_options().error_queues(), ErrorQueueArguments::KeepMessages);
+    /// ```
+    fn error_queue_arguments(self, arguments: ErrorQueueArguments) -> Self {
+        let options = self.queue_options().error_queue_arguments(arguments);
         self.with_queue_options(options)
     }
 }

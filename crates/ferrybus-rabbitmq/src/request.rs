@@ -101,18 +101,33 @@ impl ResponseEndpoint {
         Ok(channel)
     }
 
-    fn register(&self, request_id: Uuid) -> oneshot::Receiver<Envelope> {
+    /// Waits for the response to `request_id` until the [`Waiting`] is dropped.
+    fn register(&self, request_id: Uuid) -> Waiting<'_> {
         let (tx, rx) = oneshot::channel();
         self.lock().insert(request_id, tx);
-        rx
-    }
-
-    fn forget(&self, request_id: Uuid) {
-        self.lock().remove(&request_id);
+        Waiting {
+            responses: self,
+            request_id,
+            response: rx,
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Uuid, oneshot::Sender<Envelope>>> {
         self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A request waiting for its response. Dropping it forgets the request, however the wait ended:
+/// answered, timed out, failed to send, or abandoned by its caller (the future dropped).
+struct Waiting<'a> {
+    responses: &'a ResponseEndpoint,
+    request_id: Uuid,
+    response: oneshot::Receiver<Envelope>,
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.responses.lock().remove(&self.request_id);
     }
 }
 
@@ -126,8 +141,7 @@ fn bus_queue(name: &str) -> EndpointTopology {
 }
 
 async fn consume(live: &Live, decl: &EndpointTopology) -> Result<lapin::Consumer> {
-    let declare = live.declare_channel().await?;
-    live.topology.endpoint(&declare, decl).await?;
+    live.topology.endpoint(live.declarer(), decl).await?;
     let channel = live.create_channel().await?;
     let options = BasicConsumeOptions {
         no_ack: true,
@@ -283,6 +297,16 @@ impl RabbitMqBus {
         }
     }
 
+    /// How many requests of this bus's request clients are waiting for a response now (for
+    /// health checks and tests: it grows with requests in flight, and goes back to 0 once each is
+    /// answered, timed out or cancelled).
+    pub fn pending_requests(&self) -> usize {
+        self.inner
+            .responses
+            .get()
+            .map_or(0, |responses| responses.lock().len())
+    }
+
     async fn responses(&self) -> Result<Arc<ResponseEndpoint>> {
         let inner = &self.inner;
         inner
@@ -339,16 +363,12 @@ impl<Req: Message> RequestClient<Req> {
             .response_address(response_address)
             .time_to_live(self.timeout)
             .header("MT-Request-AcceptType", accept);
-        let waiting = responses.register(request_id);
-        if let Err(error) = self.send(&responses, request, options).await {
-            responses.forget(request_id);
-            return Err(error);
-        }
-        let envelope = match tokio::time::timeout(self.timeout, waiting).await {
+        let mut waiting = responses.register(request_id);
+        self.send(&responses, request, options).await?;
+        let envelope = match tokio::time::timeout(self.timeout, &mut waiting.response).await {
             Ok(Ok(envelope)) => envelope,
             Ok(Err(_)) => return Err(RabbitMqError::new(ErrorKind::Stopped, "the bus stopped")),
             Err(_) => {
-                responses.forget(request_id);
                 return Err(RabbitMqError::new(
                     ErrorKind::Timeout,
                     format!(

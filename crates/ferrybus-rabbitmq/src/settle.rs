@@ -50,23 +50,37 @@ enum Outcome {
 ///
 /// Acks and nacks go only to the channel the delivery came on: when that channel or its
 /// connection is gone, lapin's acker is poisoned, nothing is sent, and the broker redelivers the
-/// message on its own. The `user_id` property is not copied on moves (the broker would reject it
-/// unless it names this connection's user).
+/// message on its own. So a delivery whose channel is gone is not moved either, and its fault
+/// is not published: the broker took it back (its `consumer_timeout` passed while the consumer
+/// ran, or the connection was lost) and hands it to a consumer again, whose settlement counts;
+/// a move now would leave a copy in `_error` (and a fault) for a message that is redelivered
+/// anyway, once per timeout. The `user_id` property is not copied on moves (the broker would
+/// reject it unless it names this connection's user).
 ///
-/// Returns the error of a move that failed (the delivery was requeued): the endpoint pauses on
-/// it rather than taking the message again at once.
+/// Returns whether the delivery was settled for good (acknowledged), or the error of a move
+/// that failed (the delivery was requeued): the endpoint pauses on it rather than taking the
+/// message again at once.
 pub(crate) async fn settle(
     ctx: &SettleContext<'_>,
     delivery: &Delivery,
     body: &Bytes,
     settlement: Settlement,
-) -> Result<()> {
+) -> Result<bool> {
     let queue = ctx.topology.queue().name.clone();
     let message_id = delivery
         .properties
         .message_id()
         .as_ref()
         .map(ToString::to_string);
+    let moves = matches!(
+        settlement,
+        Settlement::Fault(_) | Settlement::Skip { .. } | Settlement::Redeliver(_)
+    );
+    if moves && delivery.acker.poisoned() {
+        tracing::warn!(target: "ferrybus::rabbitmq", %queue, ?message_id, settlement = settlement.kind().as_str(), "the delivery's channel is gone (the broker's consumer_timeout passed, or the connection was lost): not moving it; the broker redelivers it");
+        ctx.events.emit(Event::Returned { queue, message_id });
+        return Ok(false);
+    }
     let consumed = |duplicate| Event::Consumed {
         queue: queue.clone(),
         message_id: message_id.clone(),
@@ -132,9 +146,10 @@ pub(crate) async fn settle(
             (None, Some(error))
         }
     };
+    let settled = event.is_some();
     ctx.events
         .emit(event.unwrap_or(Event::Returned { queue, message_id }));
-    failed.map_or(Ok(()), Err)
+    failed.map_or(Ok(settled), Err)
 }
 
 /// Moves the delivery to `<queue>_error`, then publishes its fault (once the move succeeded).
@@ -162,15 +177,15 @@ async fn move_to(
     headers: &Headers,
     keep_expiration: bool,
 ) -> Result<()> {
-    let channel = ctx.live.declare_channel().await?;
-    ctx.live.topology.bound_queue(&channel, target).await?;
+    let live = ctx.live;
+    live.topology.bound_queue(live.declarer(), target).await?;
     let target = PublishTarget {
         exchange: target.exchange().name(),
         routing_key: delivery.routing_key.as_str(),
         mandatory: true,
     };
-    let properties = copy_properties(&delivery.properties, keep_expiration, headers);
-    let result = ctx.live.publish(target, body, properties).await;
+    let properties = || copy_properties(&delivery.properties, keep_expiration, headers);
+    let result = live.publish(target, body, properties).await;
     if result.is_err() {
         // The queue may have been deleted behind our back: declare it again next time.
         ctx.live.topology.forget_all();
@@ -232,5 +247,19 @@ mod tests {
         assert!(copy_properties(&original, true, &extra)
             .expiration()
             .is_some());
+    }
+
+    #[test]
+    fn copies_leave_the_broker_delivery_count_behind() {
+        let mut headers = lapin::types::FieldTable::default();
+        headers.insert("x-delivery-count".into(), AMQPValue::LongLongInt(4));
+        headers.insert("Tenant".into(), AMQPValue::LongString("acme".into()));
+        let original = BasicProperties::default().with_headers(headers);
+        for keep_expiration in [false, true] {
+            let copy = copy_properties(&original, keep_expiration, &Headers::new());
+            let copied = copy.headers().as_ref().unwrap().inner();
+            assert!(!copied.contains_key("x-delivery-count"));
+            assert!(copied.contains_key("Tenant"));
+        }
     }
 }

@@ -885,3 +885,352 @@ async fn direct_reply_to_requests_both_ways() {
     server.stop().await;
     probe.cleanup().await;
 }
+
+test_message!(Innocent, "FerrybusTests.Isolation:Innocent");
+
+/// A raw connection, as another service or an operator has: declares and deletes entities
+/// behind the bus's back.
+async fn raw_channel() -> (lapin::Connection, lapin::Channel) {
+    let connection =
+        lapin::Connection::connect(&amqp_url(), lapin::ConnectionProperties::default())
+            .await
+            .expect("raw connection");
+    let channel = connection.create_channel().await.expect("raw channel");
+    (connection, channel)
+}
+
+/// Takes every message from `queue` until `n` of them came, and returns their `n` fields.
+async fn collect_n(probe: &Probe, queue: &str, n: usize) -> Vec<u32> {
+    let got = Mutex::new(Vec::new());
+    eventually(&format!("{n} messages in {queue}"), WAIT, || async {
+        while let Some(message) = probe.get(queue).await {
+            let envelope = Envelope::from_slice(&message.delivery.data).unwrap();
+            let value = envelope.message["n"].as_u64().unwrap() as u32;
+            got.lock().unwrap().push(value);
+        }
+        (got.lock().unwrap().len() >= n).then_some(())
+    })
+    .await;
+    let mut got = got.into_inner().unwrap();
+    got.sort_unstable();
+    got
+}
+
+/// One send the broker refuses (its exchange exists with another type: `exchange.declare` gets
+/// PRECONDITION_FAILED, which closes the channel it ran on) among many good ones, each to an
+/// exchange of its own declared on first use: only the refused send fails; every good one is
+/// confirmed and arrives once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_declaration_fails_only_its_own_send() {
+    let probe = Probe::connect(&amqp_url()).await;
+    let prefix = unique("isolation");
+    let (collector, refused) = (format!("{prefix}-all"), format!("{prefix}-direct"));
+    probe.track(&[], &[&collector, &refused]);
+    let sink = probe.bind_probe(&collector).await;
+    let (_raw, channel) = raw_channel().await;
+    channel
+        .exchange_declare(
+            refused.as_str().into(),
+            lapin::ExchangeKind::Direct,
+            lapin::options::ExchangeDeclareOptions {
+                durable: true,
+                ..Default::default()
+            },
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    let bus = start(RabbitMqBus::builder(&amqp_url())).await;
+
+    const ROUNDS: u32 = 4;
+    const PER_ROUND: u32 = 40;
+    let mut failed = Vec::new();
+    for round in 0..ROUNDS {
+        let mut sends = tokio::task::JoinSet::new();
+        for i in 0..PER_ROUND {
+            let n = round * PER_ROUND + i;
+            let exchange = format!("{prefix}-{n}");
+            probe.track(&[], &[&exchange]);
+            let address = format!(
+                "{}?bindexchange={collector}",
+                bus.host().entity_address(&exchange)
+            );
+            let sender = bus.clone();
+            sends.spawn(
+                async move { (n, sender.send(&address, &Innocent { n, fail: false }).await) },
+            );
+            if i == PER_ROUND / 2 {
+                let (bus, refused) = (bus.clone(), refused.clone());
+                sends.spawn(async move {
+                    let message = Innocent {
+                        n: u32::MAX,
+                        fail: true,
+                    };
+                    (
+                        u32::MAX,
+                        bus.send(&format!("exchange:{refused}"), &message).await,
+                    )
+                });
+            }
+        }
+        while let Some(joined) = sends.join_next().await {
+            let (n, sent) = joined.unwrap();
+            if n == u32::MAX {
+                assert!(sent.is_err(), "the refused send fails");
+            } else if let Err(error) = sent {
+                failed.push((n, error.to_string()));
+            }
+        }
+    }
+    assert!(failed.is_empty(), "good sends failed: {failed:?}");
+    let total = (ROUNDS * PER_ROUND) as usize;
+    let arrived = collect_n(&probe, &sink, total).await;
+    assert_eq!(arrived, (0..ROUNDS * PER_ROUND).collect::<Vec<_>>());
+    never_more_than(&probe, &sink, 0, Duration::from_millis(500)).await;
+    bus.stop().await;
+    probe.cleanup().await;
+}
+
+/// One publish the broker refuses on the shared publishing channel itself (its exchange was
+/// deleted after the bus declared it: `basic.publish` gets NOT_FOUND, which closes the channel
+/// and fails the confirms pending there) among many good ones: only the refused publish fails;
+/// every good one is confirmed and arrives. (Those that reached the queue before the channel
+/// closed lost their confirm and are sent again: they may arrive twice, at least once.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_publish_fails_only_itself() {
+    let probe = Probe::connect(&amqp_url()).await;
+    let gone = unique("isolation-gone");
+    let innocent = Innocent::message_type().entity_name().to_owned();
+    probe.track(&[], &[&innocent, &gone]);
+    let sink = probe.bind_probe(&innocent).await;
+    let (_raw, channel) = raw_channel().await;
+    let bus = start(RabbitMqBus::builder(&amqp_url())).await;
+
+    const ROUNDS: u32 = 4;
+    const PER_ROUND: u32 = 60;
+    let mut failed = Vec::new();
+    for round in 0..ROUNDS {
+        // Declared (and remembered) by the bus, then deleted behind its back.
+        let gone_address = format!("exchange:{gone}");
+        bus.send(&gone_address, &Innocent { n: 0, fail: true })
+            .await
+            .unwrap();
+        channel
+            .exchange_delete(gone.as_str().into(), Default::default())
+            .await
+            .unwrap();
+        bus.publish(&Innocent {
+            n: u32::MAX - 1,
+            fail: true,
+        })
+        .await
+        .map(drop)
+        .unwrap_or_else(|e| panic!("warming up: {e}"));
+        let mut sends = tokio::task::JoinSet::new();
+        for i in 0..PER_ROUND {
+            let n = round * PER_ROUND + i;
+            let sender = bus.clone();
+            sends.spawn(async move {
+                let published = sender.publish(&Innocent { n, fail: false }).await;
+                (n, published.map(drop))
+            });
+            if i == PER_ROUND / 2 {
+                let (bus, address) = (bus.clone(), gone_address.clone());
+                sends.spawn(async move {
+                    let message = Innocent {
+                        n: u32::MAX,
+                        fail: true,
+                    };
+                    (u32::MAX, bus.send(&address, &message).await.map(drop))
+                });
+            }
+        }
+        while let Some(joined) = sends.join_next().await {
+            let (n, sent) = joined.unwrap();
+            if n == u32::MAX {
+                assert!(sent.is_err(), "the publish to a deleted exchange fails");
+            } else if let Err(error) = sent {
+                failed.push((n, error.to_string()));
+            }
+        }
+    }
+    assert!(failed.is_empty(), "good publishes failed: {failed:?}");
+    let mut arrived: Vec<u32> = collect_n(&probe, &sink, (ROUNDS * (PER_ROUND + 1)) as usize)
+        .await
+        .into_iter()
+        .filter(|n| *n != u32::MAX - 1)
+        .collect();
+    arrived.dedup();
+    assert_eq!(arrived, (0..ROUNDS * PER_ROUND).collect::<Vec<_>>());
+    bus.stop().await;
+    probe.cleanup().await;
+}
+
+/// A relay pass sending a .NET outbox row whose `RMQ-UserId` is not the connection's user (the
+/// broker refuses it with PRECONDITION_FAILED, closing the channel it came on) while good
+/// publishes are in flight: only that row fails; every good publish is confirmed and arrives
+/// exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_with_another_user_id_fails_only_itself() {
+    let probe = Probe::connect(&amqp_url()).await;
+    let innocent = Innocent::message_type().entity_name().to_owned();
+    probe.track(&[], &[&innocent]);
+    let sink = probe.bind_probe(&innocent).await;
+    let bus = start(RabbitMqBus::builder(&amqp_url())).await;
+    bus.publish(&Innocent {
+        n: u32::MAX - 1,
+        fail: true,
+    })
+    .await
+    .unwrap();
+
+    const ROUNDS: u32 = 4;
+    const PER_ROUND: u32 = 60;
+    let mut failed = Vec::new();
+    for round in 0..ROUNDS {
+        let mut sends = tokio::task::JoinSet::new();
+        for i in 0..PER_ROUND {
+            let n = round * PER_ROUND + i;
+            let sender = bus.clone();
+            sends.spawn(async move {
+                let published = sender.publish(&Innocent { n, fail: false }).await;
+                (n, published.map(drop))
+            });
+            if i == PER_ROUND / 2 {
+                let sender = bus.clone();
+                sends.spawn(async move {
+                    let message = Innocent {
+                        n: u32::MAX,
+                        fail: true,
+                    };
+                    let mut row = sender
+                        .message_factory()
+                        .publish(&message, sender.message_origin(), Default::default())
+                        .unwrap();
+                    row.properties
+                        .insert("RMQ-UserId".into(), "someone-else".into());
+                    (u32::MAX, sender.deliver(row).await)
+                });
+            }
+        }
+        while let Some(joined) = sends.join_next().await {
+            let (n, sent) = joined.unwrap();
+            if n == u32::MAX {
+                assert!(sent.is_err(), "the row with another user id fails");
+            } else if let Err(error) = sent {
+                failed.push((n, error.to_string()));
+            }
+        }
+    }
+    assert!(failed.is_empty(), "good publishes failed: {failed:?}");
+    let arrived: Vec<u32> = collect_n(&probe, &sink, (ROUNDS * PER_ROUND + 1) as usize)
+        .await
+        .into_iter()
+        .filter(|n| *n != u32::MAX - 1)
+        .collect();
+    assert_eq!(arrived, (0..ROUNDS * PER_ROUND).collect::<Vec<_>>());
+    never_more_than(&probe, &sink, 0, Duration::from_millis(500)).await;
+    bus.stop().await;
+    probe.cleanup().await;
+}
+
+/// Requests abandoned by their caller (the future dropped: a `select!` that took another
+/// branch, an outer timeout, a cancelled task) and requests that timed out leave nothing behind
+/// in the bus's table of pending requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_and_timed_out_requests_leave_nothing_pending() {
+    let probe = Probe::connect(&amqp_url()).await;
+    let nobody = unique("nobody-answers");
+    probe.track(&[], &[&nobody]);
+    let bus = start(RabbitMqBus::builder(&amqp_url())).await;
+    let patient = bus
+        .request_client::<CheckStatus>(&format!("exchange:{nobody}"))
+        .timeout(Duration::from_secs(60));
+    for n in 0..50 {
+        let message = CheckStatus { n, fail: false };
+        let request = patient.get_response::<StatusResult>(&message);
+        // Long enough for the request to be sent and registered, far shorter than its timeout.
+        let cancelled = tokio::time::timeout(Duration::from_millis(100), request).await;
+        assert!(cancelled.is_err(), "nobody answers");
+    }
+    assert_eq!(
+        bus.pending_requests(),
+        0,
+        "cancelled requests are forgotten"
+    );
+
+    let mut requests = tokio::task::JoinSet::new();
+    for n in 0..20 {
+        let client = bus
+            .request_client::<CheckStatus>(&format!("exchange:{nobody}"))
+            .timeout(Duration::from_millis(50));
+        requests.spawn(async move {
+            let message = CheckStatus { n, fail: false };
+            client
+                .get_response::<StatusResult>(&message)
+                .await
+                .map(drop)
+        });
+    }
+    while let Some(outcome) = requests.join_next().await {
+        assert_eq!(outcome.unwrap().unwrap_err().kind(), ErrorKind::Timeout);
+    }
+    assert_eq!(
+        bus.pending_requests(),
+        0,
+        "timed-out requests are forgotten"
+    );
+    bus.stop().await;
+    probe.cleanup().await;
+}
+
+/// The broker's `x-delivery-count` (how often a quorum queue delivered a message) stays out of
+/// `<queue>_error`: the moved copy is a new message, counted by the queue it lands in. Here the
+/// message carries the count as one replayed from a quorum `_error` queue does (RabbitMQ 3.x
+/// adds the header on every delivery from a quorum queue, replay tools copy it); the endpoint
+/// and its error queue are classic, so the broker leaves the header as it is and it can be seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_broker_delivery_count_stays_out_of_the_error_queue() {
+    test_message!(Tally, "FerrybusTests.DeliveryCount:Tally");
+    let probe = Probe::connect(&amqp_url()).await;
+    let queue = unique("delivery-count");
+    probe.track_endpoint(&queue);
+    probe.track(
+        &[],
+        &["MassTransit:Fault--FerrybusTests.DeliveryCount:Tally--"],
+    );
+    let attempts = Arc::new(AtomicU32::new(0));
+    let bus = start(
+        RabbitMqBus::builder(&amqp_url()).receive_endpoint(&queue, |e| {
+            e.bind_message_types(false)
+                .consumer(failing::<Tally>(attempts.clone()))
+        }),
+    )
+    .await;
+    let id = uuid::Uuid::now_v7();
+    let body = envelope_body(
+        &id,
+        "urn:message:FerrybusTests.DeliveryCount:Tally",
+        serde_json::json!({}),
+    );
+    let mut headers = FieldTable::default();
+    headers.insert("x-delivery-count".into(), AMQPValue::LongLongInt(3));
+    headers.insert("Tenant".into(), AMQPValue::LongString("acme".into()));
+    let properties = mt_properties(&id.to_string()).with_headers(headers);
+    probe.publish("", &queue, &body, properties).await;
+
+    let moved = probe.wait_get(&format!("{queue}_error")).await;
+    assert_eq!(attempts.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        header_str(&moved, "MT-Fault-Message").as_deref(),
+        Some("card declined")
+    );
+    assert_eq!(header_str(&moved, "Tenant").as_deref(), Some("acme"));
+    assert!(
+        !has_header(&moved, "x-delivery-count"),
+        "x-delivery-count copied into the error queue: {:?}",
+        header_int(&moved, "x-delivery-count")
+    );
+    bus.stop().await;
+    probe.cleanup().await;
+}

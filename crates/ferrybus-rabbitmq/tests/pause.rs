@@ -487,3 +487,88 @@ async fn a_message_that_fails_transiently_while_others_succeed_ends_in_error() {
     bus.stop().await;
     probe.cleanup().await;
 }
+
+/// One consumer that never returns, then a pause (here by hand; a transient failure, a kill
+/// switch or a breaker pause the same way): the pause waits for the deliveries in flight only
+/// up to the shutdown timeout, then abandons the hung one (its channel closes, the broker
+/// requeues it), and the endpoint resumes and consumes what comes next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_does_not_wait_for_a_hung_delivery_beyond_the_shutdown_timeout() {
+    use ferrybus_core::pause::{PauseCause, Resume};
+    ferrybus_testing::init_tracing();
+    let probe = Probe::connect(&amqp_url()).await;
+    let queue = unique("pause-hung");
+    probe.track_endpoint(&queue);
+    let seen = Seen::<Job>::default();
+    let hung = Arc::new(AtomicU32::new(0));
+    let (s, h) = (seen.clone(), hung.clone());
+    let bus = start(
+        RabbitMqBus::builder(&amqp_url())
+            .shutdown_timeout(Duration::from_millis(500))
+            .receive_endpoint(&queue, |e| {
+                e.bind_message_types(false)
+                    .concurrency(2)
+                    .consumer(consumer_fn("Jobs", move |ctx: ConsumeContext<Job>| {
+                        let (s, h) = (s.clone(), h.clone());
+                        async move {
+                            if ctx.message().fail {
+                                h.fetch_add(1, Ordering::SeqCst);
+                                std::future::pending::<()>().await;
+                            }
+                            s.lock().unwrap().push(ctx.message().clone());
+                            Ok::<_, ConsumeError>(())
+                        }
+                    }))
+            }),
+    )
+    .await;
+    let mut events = bus.events();
+    let address = format!("queue:{queue}");
+    bus.send(&address, &Job { n: 0, fail: true }).await.unwrap();
+    eventually("the consumer to hang", WAIT, || async {
+        (hung.load(Ordering::SeqCst) == 1).then_some(())
+    })
+    .await;
+
+    let control = bus
+        .endpoint_control(&queue)
+        .expect("the endpoint's control");
+    control.pause(
+        PauseCause::Manual,
+        "maintenance",
+        Resume::After(Duration::from_millis(200)),
+    );
+    wait_event(
+        &mut events,
+        WAIT,
+        |e| matches!(e, Event::EndpointResumed { queue: q, .. } if *q == queue),
+    )
+    .await;
+    for n in 1..=3 {
+        bus.send(&address, &Job { n, fail: false }).await.unwrap();
+    }
+    eventually(
+        "the messages after the pause to be consumed",
+        WAIT,
+        || async {
+            let mut ns: Vec<u32> = seen.lock().unwrap().iter().map(|j| j.n).collect();
+            ns.sort_unstable();
+            (ns == [1, 2, 3]).then_some(())
+        },
+    )
+    .await;
+    // The hung delivery was given back, and taken again.
+    eventually("the hung message to be delivered again", WAIT, || async {
+        (hung.load(Ordering::SeqCst) >= 2).then_some(())
+    })
+    .await;
+    assert_eq!(
+        probe
+            .queue_count(&format!("{queue}_error"))
+            .await
+            .unwrap_or(0),
+        0
+    );
+    bus.stop().await;
+    probe.cleanup().await;
+}

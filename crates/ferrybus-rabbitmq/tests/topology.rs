@@ -495,3 +495,84 @@ async fn every_fixture_envelope_reaches_a_rust_consumer() {
     bus.stop().await;
     probe.cleanup().await;
 }
+
+test_message!(Capped, "FerrybusTests.ErrorQueues:Capped");
+
+/// Faults two messages, one after the other, on an endpoint whose queue holds at most one ready
+/// message (`x-max-length=1`, the oldest dropped), configured by `configure`; returns how many
+/// `<queue>_error` kept, and whether it was declared with the queue's `x-max-length`.
+async fn fault_two_on_a_capped_queue(
+    configure: impl FnOnce(ferrybus_core::EndpointConfig) -> ferrybus_core::EndpointConfig,
+) -> (u32, bool, bool) {
+    use ferrybus_rabbitmq::QueueEndpointExt;
+    let probe = Probe::connect(&amqp_url()).await;
+    let queue = unique("capped");
+    let error_queue = format!("{queue}_error");
+    probe.track_endpoint(&queue);
+    probe.track(
+        &[],
+        &["MassTransit:Fault--FerrybusTests.ErrorQueues:Capped--"],
+    );
+    let bus = start(
+        RabbitMqBus::builder(&amqp_url()).receive_endpoint(&queue, |e| {
+            configure(
+                e.bind_message_types(false)
+                    .queue_argument("x-max-length", 1)
+                    .consumer(consumer_fn("Capped", |_: ConsumeContext<Capped>| async {
+                        Err::<(), _>(ConsumeError::handler("declined"))
+                    })),
+            )
+        }),
+    )
+    .await;
+    let mut events = bus.events();
+    for n in 1..=2 {
+        let id = bus
+            .send(&format!("exchange:{queue}"), &Capped { n, fail: true })
+            .await
+            .unwrap()
+            .to_string();
+        wait_event(
+            &mut events,
+            WAIT,
+            |e| matches!(e, Event::Faulted { message_id: Some(m), .. } if *m == id),
+        )
+        .await;
+    }
+    let kept = probe.queue_count(&error_queue).await.unwrap();
+    let mut capped = lapin::types::FieldTable::default();
+    capped.insert("x-max-length".into(), AMQPValue::LongLongInt(1));
+    let declared_capped = probe.queue_flags_match(&error_queue, true, capped).await;
+    let declared_plain = probe
+        .queue_flags_match(&error_queue, true, Default::default())
+        .await;
+    bus.stop().await;
+    probe.cleanup().await;
+    (kept, declared_capped, declared_plain)
+}
+
+/// By default `<queue>_error` is declared as MassTransit declares it, with the queue's arguments
+/// (`RabbitMqErrorSettings`), so a .NET service declaring the same endpoint is not refused; an
+/// argument that caps or expires messages then applies to faulted messages too: of two, the
+/// error queue keeps one. (The bus warns about it at start.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn error_queues_copy_the_queue_arguments_by_default() {
+    let (kept, capped, plain) = fault_two_on_a_capped_queue(|e| e).await;
+    assert!(
+        capped && !plain,
+        "declared with x-max-length, as MassTransit declares it"
+    );
+    assert_eq!(kept, 1, "the error queue's cap dropped a faulted message");
+}
+
+/// With `ErrorQueueArguments::KeepMessages` `<queue>_error` is declared without the arguments
+/// that drop messages: it keeps both faulted messages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn error_queues_can_be_declared_to_keep_every_faulted_message() {
+    use ferrybus_rabbitmq::{ErrorQueueArguments, QueueEndpointExt};
+    let (kept, capped, plain) =
+        fault_two_on_a_capped_queue(|e| e.error_queue_arguments(ErrorQueueArguments::KeepMessages))
+            .await;
+    assert!(plain && !capped, "declared without x-max-length");
+    assert_eq!(kept, 2, "both faulted messages are kept");
+}

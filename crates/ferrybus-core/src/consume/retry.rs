@@ -150,6 +150,36 @@ impl RetryPolicy {
         })
     }
 
+    /// The longest the retries can wait in all: the sum of each retry's longest delay (an
+    /// exponential delay's jitter at its highest). A delivery stays unacknowledged that long
+    /// besides its attempts' own time, which the broker's acknowledgement timeout (RabbitMQ's
+    /// `consumer_timeout`) must allow for.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use ferrybus_core::RetryPolicy;
+    /// let policy = RetryPolicy::intervals([Duration::from_secs(1), Duration::from_secs(5)]);
+    /// assert_eq!(policy.max_total_delay(), Duration::from_secs(6));
+    /// let minute = Duration::from_secs(60);
+    /// // Each delay is at most 5 minutes.
+    /// let exponential = RetryPolicy::exponential(3, minute, 5 * minute, 5 * minute);
+    /// assert_eq!(exponential.max_total_delay(), 15 * minute);
+    /// ```
+    pub fn max_total_delay(&self) -> Duration {
+        (0..self.retry_limit())
+            .map(|index| match &self.schedule {
+                Schedule::Exponential {
+                    min, max, delta, ..
+                } => {
+                    let factor = 2f64.powi(index.min(30) as i32) * 1.2;
+                    let base = min.as_secs_f64() + factor * delta.as_secs_f64();
+                    Duration::from_secs_f64((base * 1.25).min(max.as_secs_f64()))
+                }
+                _ => self.delay(index).unwrap_or_default(),
+            })
+            .sum()
+    }
+
     /// Whether the policy would retry `error` at all.
     pub fn handles(&self, error: &ConsumeError) -> bool {
         !error.is_permanent() && self.filter.as_ref().is_none_or(|f| f(error))
@@ -237,6 +267,24 @@ mod tests {
             assert!(d <= Duration::from_millis(200), "{d:?}");
         }
         assert!(e.delay(0).unwrap() < Duration::from_millis(40));
+    }
+
+    #[test]
+    fn the_longest_total_delay_bounds_every_schedule() {
+        let ms = Duration::from_millis;
+        assert_eq!(RetryPolicy::none().max_total_delay(), Duration::ZERO);
+        assert_eq!(RetryPolicy::interval(3, ms(100)).max_total_delay(), ms(300));
+        assert_eq!(
+            RetryPolicy::incremental(3, ms(10), ms(5)).max_total_delay(),
+            ms(45)
+        );
+        let e = RetryPolicy::exponential(6, ms(10), ms(400), ms(10));
+        let longest = e.max_total_delay();
+        for _ in 0..200 {
+            let total: Duration = (0..6).map(|i| e.delay(i).unwrap()).sum();
+            assert!(total <= longest, "{total:?} > {longest:?}");
+        }
+        assert!(longest <= ms(2400));
     }
 
     #[test]

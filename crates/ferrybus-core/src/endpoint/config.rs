@@ -505,6 +505,11 @@ impl EndpointConfig {
         Ok(())
     }
 
+    /// The in-memory retry policy, if one is set.
+    pub fn retry_policy(&self) -> Option<&RetryPolicy> {
+        self.retry.as_ref()
+    }
+
     /// Whether `Fault<T>` is published when a consumer fails for good.
     pub fn publishes_faults(&self) -> bool {
         self.publish_faults

@@ -6,13 +6,14 @@ use std::time::Duration;
 use ferrybus_core::integration::Storage;
 use ferrybus_core::{BusConfig, EndpointConfig};
 
-use super::RabbitMqBus;
+use super::{BusOptions, RabbitMqBus};
 use crate::connection::Connector;
 use crate::delay::DelayMode;
 use crate::error::{ErrorKind, RabbitMqError, Result};
 #[cfg(doc)]
 use crate::event::Event;
 use crate::event::Events;
+use crate::queue::DEFAULT_CONSUMER_TIMEOUT;
 use crate::settings::HostSettings;
 
 /// Configures a [`RabbitMqBus`]: the host, the storage, the receive endpoints and transport
@@ -39,8 +40,7 @@ use crate::settings::HostSettings;
 pub struct RabbitMqBusBuilder {
     settings: Result<HostSettings>,
     config: BusConfig,
-    delay_mode: DelayMode,
-    shutdown_timeout: Duration,
+    options: BusOptions,
 }
 
 impl RabbitMqBusBuilder {
@@ -51,8 +51,11 @@ impl RabbitMqBusBuilder {
         Self {
             settings: HostSettings::parse(uri),
             config: instrumented(BusConfig::default()),
-            delay_mode: DelayMode::Auto,
-            shutdown_timeout: Duration::from_secs(30),
+            options: BusOptions {
+                delay_mode: DelayMode::Auto,
+                shutdown_timeout: Duration::from_secs(30),
+                consumer_timeout: DEFAULT_CONSUMER_TIMEOUT,
+            },
         }
     }
 
@@ -133,13 +136,25 @@ impl RabbitMqBusBuilder {
 
     /// How delayed redeliveries are sent ([`DelayMode::Auto`] by default).
     pub fn delay_mode(mut self, mode: DelayMode) -> Self {
-        self.delay_mode = mode;
+        self.options.delay_mode = mode;
         self
     }
 
-    /// How long `stop` lets in-flight messages finish (30 s by default).
+    /// How long `stop` lets in-flight messages finish (30 s by default); also how long a pause
+    /// waits for the deliveries in flight. `stop` returns within it plus two seconds.
     pub fn shutdown_timeout(mut self, timeout: Duration) -> Self {
-        self.shutdown_timeout = timeout;
+        self.options.shutdown_timeout = timeout;
+        self
+    }
+
+    /// The broker's delivery acknowledgement timeout (its `consumer_timeout`; RabbitMQ's default
+    /// is [30 minutes](DEFAULT_CONSUMER_TIMEOUT)), if yours sets another: a delivery not settled
+    /// within it is taken back by the broker, which closes its channel and redelivers it. ferrybus
+    /// does not read it from the broker; it warns at start about an endpoint whose in-memory retry
+    /// can wait longer than this in all (an endpoint's `x-consumer-timeout` queue argument, on
+    /// RabbitMQ 3.12 and later, counts instead for that endpoint).
+    pub fn consumer_timeout(mut self, timeout: Duration) -> Self {
+        self.options.consumer_timeout = timeout;
         self
     }
 
@@ -154,14 +169,7 @@ impl RabbitMqBusBuilder {
         prepare(&self.config).await?;
         let events = Events::new();
         let connector = Connector::start(settings.clone(), events.clone()).await?;
-        let bus = RabbitMqBus::assemble(
-            &settings,
-            self.config,
-            connector,
-            events,
-            self.shutdown_timeout,
-            self.delay_mode,
-        );
+        let bus = RabbitMqBus::assemble(&settings, self.config, connector, events, self.options);
         bus.start_storage();
         for ready in bus.spawn_endpoints(true) {
             let outcome = ready
@@ -242,14 +250,7 @@ impl RabbitMqBusBuilder {
         })?;
         let events = Events::new();
         let connector = Connector::start_background(settings.clone(), events.clone(), &runtime);
-        let bus = RabbitMqBus::assemble(
-            &settings,
-            self.config,
-            connector,
-            events,
-            self.shutdown_timeout,
-            self.delay_mode,
-        );
+        let bus = RabbitMqBus::assemble(&settings, self.config, connector, events, self.options);
         bus.start_storage();
         bus.spawn_endpoints(false);
         Ok(bus)

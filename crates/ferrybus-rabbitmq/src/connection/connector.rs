@@ -9,11 +9,13 @@ use tokio::sync::{watch, OnceCell};
 use tokio_util::sync::CancellationToken;
 
 use super::outage::Outage;
-use super::{open, wait_lost, ChannelSlot, Live};
+use super::{open, wait_lost, Live};
 use crate::backoff::Backoff;
+use crate::channel::ChannelSlot;
 use crate::error::{ErrorKind, RabbitMqError, Result};
 use crate::event::{Event, Events};
 use crate::settings::HostSettings;
+use crate::shutdown::CLOSE_TIMEOUT;
 use crate::topology::Topology;
 
 /// Owns the connection: opens it, watches it, and re-opens it after a loss.
@@ -127,12 +129,12 @@ impl Connector {
     }
 
     /// Stops supervising (and connecting) and closes the connection (after outstanding
-    /// confirms).
-    pub(crate) async fn close(&self) {
+    /// confirms), waiting for the broker until `until` at most.
+    pub(crate) async fn close(&self, until: tokio::time::Instant) {
         self.shutdown.cancel();
         let live = self.live.send_replace(None);
         if let Some(live) = live {
-            live.close().await;
+            live.close(until).await;
         }
     }
 
@@ -214,7 +216,8 @@ impl Connector {
         // being opened, it may have missed it, so close it here.
         if self.shutdown.is_cancelled() {
             self.live.send_replace(None);
-            live.close().await;
+            live.close(tokio::time::Instant::now() + CLOSE_TIMEOUT)
+                .await;
             return Err(Self::stopping());
         }
         *self.last_failure.lock().unwrap_or_else(|e| e.into_inner()) = None;

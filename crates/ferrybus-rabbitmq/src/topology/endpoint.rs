@@ -5,6 +5,8 @@ use ferrybus_core::EndpointConfig;
 
 use super::entity::{Binding, Exchange, Queue};
 use crate::queue::{QueueEndpointExt, QueueOptions};
+#[cfg(doc)]
+use crate::ErrorQueueArguments;
 
 /// A queue with the exchange of the same name bound to it (routing key `""`): an endpoint's own
 /// entry point, and its `<queue>_error` and `<queue>_skipped` pairs. The exchange is a fanout
@@ -80,7 +82,8 @@ pub enum DeclaredWhen {
 ///   for quorum queues, the configured arguments), then, for each consumed message type, its
 ///   exchange (fanout, durable) bound to exchange `Q`.
 /// * On the first move there: the `Q_error` and `Q_skipped` pairs
-///   ([`error_queue_name`], [`skipped_queue_name`]), copying the queue's flags and arguments.
+///   ([`error_queue_name`], [`skipped_queue_name`]), copying the queue's flags and arguments
+///   (all of them, or all but those that drop messages: [`ErrorQueueArguments`]).
 ///
 /// ```
 /// use ferrybus_rabbitmq::topology::{Declaration, DeclaredWhen, EndpointTopology};
@@ -124,9 +127,10 @@ impl EndpointTopology {
                 )
             })
             .collect();
+        let siblings = options.error_queues();
         Self {
-            error: BoundQueue::new(queue.sibling(error_queue_name(&queue.name))),
-            skipped: BoundQueue::new(queue.sibling(skipped_queue_name(&queue.name))),
+            error: BoundQueue::new(queue.sibling(error_queue_name(&queue.name), siblings)),
+            skipped: BoundQueue::new(queue.sibling(skipped_queue_name(&queue.name), siblings)),
             endpoint: BoundQueue::new(queue),
             message_types,
         }

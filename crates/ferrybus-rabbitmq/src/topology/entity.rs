@@ -6,7 +6,7 @@ use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::ExchangeKind;
 use serde_json::Value;
 
-use crate::queue::{QueueOptions, QueueType};
+use crate::queue::{ErrorQueueArguments, QueueOptions, QueueType, MESSAGE_DROPPING_ARGUMENTS};
 
 /// The arguments of an exchange or queue declaration, in the order they were set (on the wire
 /// they are a [`FieldTable`], whose order does not matter).
@@ -192,13 +192,42 @@ impl Queue {
     }
 
     /// A queue copying this one's flags and arguments (the `_error` and `_skipped` queues,
-    /// MassTransit's `RabbitMqErrorSettings`), never exclusive.
-    pub(crate) fn sibling(&self, name: String) -> Self {
-        Self {
+    /// MassTransit's `RabbitMqErrorSettings`), never exclusive; with
+    /// [`ErrorQueueArguments::KeepMessages`], without [`MESSAGE_DROPPING_ARGUMENTS`].
+    pub(crate) fn sibling(&self, name: String, arguments: ErrorQueueArguments) -> Self {
+        let mut sibling = Self {
             name,
             exclusive: false,
             ..self.clone()
+        };
+        if arguments == ErrorQueueArguments::KeepMessages {
+            sibling
+                .arguments
+                .0
+                .retain(|(name, _)| !MESSAGE_DROPPING_ARGUMENTS.contains(&name.as_str()));
         }
+        sibling
+    }
+
+    /// Those of its arguments that make the broker expire, drop or dead-letter its messages
+    /// ([`MESSAGE_DROPPING_ARGUMENTS`]), in the order set.
+    ///
+    /// ```
+    /// use ferrybus_rabbitmq::topology::EndpointTopology;
+    /// use ferrybus_rabbitmq::QueueOptions;
+    /// let options = QueueOptions::default()
+    ///     .argument("x-max-length", 10_000)
+    ///     .argument("x-single-active-consumer", true)
+    ///     .argument("x-message-ttl", 60_000);
+    /// let topology = EndpointTopology::new("orders", &options, Vec::<String>::new());
+    /// let dropping: Vec<&str> = topology.error().queue().message_dropping_arguments().collect();
+    /// assert_eq!(dropping, ["x-max-length", "x-message-ttl"]);
+    /// ```
+    pub fn message_dropping_arguments(&self) -> impl Iterator<Item = &str> {
+        self.arguments
+            .iter()
+            .map(|(name, _)| name)
+            .filter(|name| MESSAGE_DROPPING_ARGUMENTS.contains(name))
     }
 
     /// Its name.

@@ -12,8 +12,8 @@ use std::sync::Mutex;
 use ferrybus_core::integration::EndpointAddress;
 use lapin::options::{ExchangeBindOptions, QueueBindOptions};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
-use lapin::Channel;
 
+use crate::channel::Declarer;
 use crate::error::{ErrorKind, RabbitMqError, Result};
 
 pub use endpoint::{BoundQueue, Declaration, DeclaredWhen, EndpointTopology};
@@ -57,44 +57,59 @@ impl Topology {
     }
 
     /// Declares an exchange unless it was declared on this connection.
-    pub(crate) async fn exchange(&self, channel: &Channel, d: &Exchange) -> Result<()> {
+    pub(crate) async fn exchange(&self, on: Declarer<'_>, d: &Exchange) -> Result<()> {
         if self.is_declared(&d.key()) {
             return Ok(());
         }
-        channel
-            .exchange_declare(
-                short(&d.name)?,
-                d.exchange_kind(),
-                d.declare_options(),
-                d.arguments.to_field_table(),
-            )
-            .await
-            .map_err(|e| RabbitMqError::amqp(format!("declaring exchange {:?}", d.name), e))?;
+        let name = short(&d.name)?;
+        on.run(
+            || format!("declaring exchange {:?}", d.name),
+            |channel| {
+                let name = name.clone();
+                async move {
+                    channel
+                        .exchange_declare(
+                            name,
+                            d.exchange_kind(),
+                            d.declare_options(),
+                            d.arguments.to_field_table(),
+                        )
+                        .await
+                }
+            },
+        )
+        .await?;
         tracing::debug!(target: "ferrybus::rabbitmq", exchange = %d.name, kind = %d.kind, durable = d.durable, "declared exchange");
         self.remember(d.key());
         Ok(())
     }
 
     /// Declares a queue unless it was declared on this connection.
-    pub(crate) async fn queue(&self, channel: &Channel, d: &Queue) -> Result<()> {
+    pub(crate) async fn queue(&self, on: Declarer<'_>, d: &Queue) -> Result<()> {
         if self.is_declared(&d.key()) {
             return Ok(());
         }
-        self.queue_always(channel, d).await?;
+        self.queue_always(on, d).await?;
         self.remember(d.key());
         Ok(())
     }
 
     /// Declares a queue even if it was declared before (resets an `x-expires` timer).
-    pub(crate) async fn queue_always(&self, channel: &Channel, d: &Queue) -> Result<()> {
-        channel
-            .queue_declare(
-                short(&d.name)?,
-                d.declare_options(),
-                d.arguments.to_field_table(),
-            )
-            .await
-            .map_err(|e| RabbitMqError::amqp(format!("declaring queue {:?}", d.name), e))?;
+    pub(crate) async fn queue_always(&self, on: Declarer<'_>, d: &Queue) -> Result<()> {
+        let name = short(&d.name)?;
+        on.run(
+            || format!("declaring queue {:?}", d.name),
+            |channel| {
+                let name = name.clone();
+                async move {
+                    channel
+                        .queue_declare(name, d.declare_options(), d.arguments.to_field_table())
+                        .await
+                        .map(drop)
+                }
+            },
+        )
+        .await?;
         tracing::debug!(target: "ferrybus::rabbitmq", queue = %d.name, durable = d.durable, "declared queue");
         Ok(())
     }
@@ -102,7 +117,7 @@ impl Topology {
     /// Binds exchange `exchange` to queue `queue` (routing key `""`).
     pub(crate) async fn bind_queue(
         &self,
-        channel: &Channel,
+        on: Declarer<'_>,
         exchange: &str,
         queue: &str,
     ) -> Result<()> {
@@ -110,18 +125,20 @@ impl Topology {
         if self.is_declared(&key) {
             return Ok(());
         }
-        channel
-            .queue_bind(
-                short(queue)?,
-                short(exchange)?,
-                "".into(),
-                QueueBindOptions::default(),
-                FieldTable::default(),
-            )
-            .await
-            .map_err(|e| {
-                RabbitMqError::amqp(format!("binding {exchange:?} to queue {queue:?}"), e)
-            })?;
+        let (queue_name, exchange_name) = (short(queue)?, short(exchange)?);
+        on.run(
+            || format!("binding {exchange:?} to queue {queue:?}"),
+            |channel| {
+                let (queue, exchange) = (queue_name.clone(), exchange_name.clone());
+                async move {
+                    let options = QueueBindOptions::default();
+                    channel
+                        .queue_bind(queue, exchange, "".into(), options, FieldTable::default())
+                        .await
+                }
+            },
+        )
+        .await?;
         self.remember(key);
         Ok(())
     }
@@ -129,7 +146,7 @@ impl Topology {
     /// Binds exchange `source` to exchange `destination` (routing key `""`).
     pub(crate) async fn bind_exchange(
         &self,
-        channel: &Channel,
+        on: Declarer<'_>,
         source: &str,
         destination: &str,
     ) -> Result<()> {
@@ -137,32 +154,38 @@ impl Topology {
         if self.is_declared(&key) {
             return Ok(());
         }
-        channel
-            .exchange_bind(
-                short(destination)?,
-                short(source)?,
-                "".into(),
-                ExchangeBindOptions::default(),
-                FieldTable::default(),
-            )
-            .await
-            .map_err(|e| {
-                RabbitMqError::amqp(format!("binding {source:?} to exchange {destination:?}"), e)
-            })?;
+        let (destination_name, source_name) = (short(destination)?, short(source)?);
+        on.run(
+            || format!("binding {source:?} to exchange {destination:?}"),
+            |channel| {
+                let (destination, source) = (destination_name.clone(), source_name.clone());
+                async move {
+                    let options = ExchangeBindOptions::default();
+                    channel
+                        .exchange_bind(
+                            destination,
+                            source,
+                            "".into(),
+                            options,
+                            FieldTable::default(),
+                        )
+                        .await
+                }
+            },
+        )
+        .await?;
         self.remember(key);
         Ok(())
     }
 
     /// Declares one entity or binding (unless it was declared on this connection).
-    pub(crate) async fn declare(&self, channel: &Channel, d: Declaration<'_>) -> Result<()> {
+    pub(crate) async fn declare(&self, on: Declarer<'_>, d: Declaration<'_>) -> Result<()> {
         match d {
-            Declaration::Exchange(exchange) => self.exchange(channel, exchange).await,
-            Declaration::Queue(queue) => self.queue(channel, queue).await,
+            Declaration::Exchange(exchange) => self.exchange(on, exchange).await,
+            Declaration::Queue(queue) => self.queue(on, queue).await,
             Declaration::Binding(b) => match b.destination_kind {
-                EntityKind::Queue => self.bind_queue(channel, &b.source, &b.destination).await,
-                EntityKind::Exchange => {
-                    self.bind_exchange(channel, &b.source, &b.destination).await
-                }
+                EntityKind::Queue => self.bind_queue(on, &b.source, &b.destination).await,
+                EntityKind::Exchange => self.bind_exchange(on, &b.source, &b.destination).await,
             },
         }
     }
@@ -170,19 +193,19 @@ impl Topology {
     /// What a receive endpoint declares when it starts ([`EndpointTopology::on_start`]).
     pub(crate) async fn endpoint(
         &self,
-        channel: &Channel,
+        on: Declarer<'_>,
         topology: &EndpointTopology,
     ) -> Result<()> {
         for d in topology.on_start() {
-            self.declare(channel, d).await?;
+            self.declare(on, d).await?;
         }
         Ok(())
     }
 
     /// An exchange + queue pair (`_error`, `_skipped`), declared on the first move there.
-    pub(crate) async fn bound_queue(&self, channel: &Channel, pair: &BoundQueue) -> Result<()> {
+    pub(crate) async fn bound_queue(&self, on: Declarer<'_>, pair: &BoundQueue) -> Result<()> {
         for d in pair.declarations() {
-            self.declare(channel, d).await?;
+            self.declare(on, d).await?;
         }
         Ok(())
     }
@@ -194,16 +217,15 @@ impl Topology {
     /// (`src/Transports/MassTransit.RabbitMqTransport/RabbitMqTransport/Topology/RabbitMqSendSettings.cs`).
     pub(crate) async fn destination(
         &self,
-        channel: &Channel,
+        on: Declarer<'_>,
         address: &EndpointAddress,
         bases: &[String],
     ) -> Result<()> {
         let (exchange, bound) = destination_exchanges(address);
-        self.exchange(channel, &exchange).await?;
+        self.exchange(on, &exchange).await?;
         for decl in &bound {
-            self.exchange(channel, decl).await?;
-            self.bind_exchange(channel, &address.name, &decl.name)
-                .await?;
+            self.exchange(on, decl).await?;
+            self.bind_exchange(on, &address.name, &decl.name).await?;
         }
         if let Some(queue) = address.queue.as_deref().filter(|_| address.bind) {
             let decl = Queue {
@@ -213,13 +235,13 @@ impl Topology {
                 exclusive: false,
                 arguments: Arguments::default(),
             };
-            self.queue(channel, &decl).await?;
-            self.bind_queue(channel, &address.name, queue).await?;
+            self.queue(on, &decl).await?;
+            self.bind_queue(on, &address.name, queue).await?;
         }
         for base in bases {
-            self.exchange(channel, &Exchange::fanout(base, true, false))
+            self.exchange(on, &Exchange::fanout(base, true, false))
                 .await?;
-            self.bind_exchange(channel, &address.name, base).await?;
+            self.bind_exchange(on, &address.name, base).await?;
         }
         Ok(())
     }
@@ -258,7 +280,7 @@ pub(crate) fn destination_exchanges(address: &EndpointAddress) -> (Exchange, Vec
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::queue::{QueueEndpointExt, QueueOptions, QueueType};
+    use crate::queue::{ErrorQueueArguments, QueueEndpointExt, QueueOptions, QueueType};
     use ferrybus_core::{consumer_fn, ConsumeContext, ConsumeError, EndpointConfig};
     use ferrybus_core::{Message, MessageType};
     use std::time::Duration;
@@ -309,7 +331,7 @@ mod tests {
                 .durable(false),
         );
         assert!(quorum.declare_options().durable);
-        let error = quorum.sibling("q_error".into());
+        let error = quorum.sibling("q_error".into(), ErrorQueueArguments::Inherit);
         assert_eq!(error.arguments, quorum.arguments);
         assert!(error.arguments.contains_key("x-queue-type"));
     }
@@ -376,6 +398,55 @@ mod tests {
         let (exchange, binding) = topology.message_types().next().unwrap();
         assert_eq!(exchange, &Exchange::fanout("Shop:OrderPlaced", true, false));
         assert_eq!(binding.destination_kind(), EntityKind::Exchange);
+    }
+
+    #[test]
+    fn error_queues_inherit_every_argument_unless_told_to_keep_their_messages() {
+        let options = QueueOptions::default()
+            .queue_type(QueueType::Quorum)
+            .delivery_limit(5)
+            .argument("x-message-ttl", 60_000)
+            .argument("x-max-length", 100)
+            .argument("x-overflow", "reject-publish")
+            .argument("x-dead-letter-exchange", "graveyard")
+            .expires(Duration::from_secs(3600));
+        let names = |q: &Queue| {
+            q.arguments()
+                .iter()
+                .map(|(n, _)| n.to_owned())
+                .collect::<Vec<_>>()
+        };
+        let inherited = EndpointTopology::new("orders", &options, Vec::<String>::new());
+        for pair in [inherited.error(), inherited.skipped()] {
+            assert_eq!(pair.queue().arguments(), inherited.queue().arguments());
+            assert_eq!(
+                pair.queue()
+                    .message_dropping_arguments()
+                    .collect::<Vec<_>>(),
+                [
+                    "x-message-ttl",
+                    "x-max-length",
+                    "x-overflow",
+                    "x-dead-letter-exchange",
+                    "x-expires"
+                ]
+            );
+        }
+        let kept = EndpointTopology::new(
+            "orders",
+            &options.error_queue_arguments(ErrorQueueArguments::KeepMessages),
+            Vec::<String>::new(),
+        );
+        assert_eq!(
+            kept.queue(),
+            inherited.queue(),
+            "the queue itself is unchanged"
+        );
+        for pair in [kept.error(), kept.skipped()] {
+            assert_eq!(names(pair.queue()), ["x-queue-type", "x-delivery-limit"]);
+            assert_eq!(pair.queue().message_dropping_arguments().count(), 0);
+            assert!(pair.queue().declare_options().durable);
+        }
     }
 
     #[test]

@@ -58,3 +58,23 @@ where
 pub async fn start(bus: RabbitMqBusBuilder) -> RabbitMqBus {
     bus.start().await.expect("bus starts")
 }
+
+/// Runs `rabbitmqctl` with `args` (blocking: also usable from `Drop`), returning its output;
+/// panics if it fails.
+pub fn rabbitmqctl(args: &[&str]) -> String {
+    let output = std::process::Command::new("rabbitmqctl")
+        .args(args)
+        .output()
+        .expect("rabbitmqctl runs");
+    assert!(
+        output.status.success(),
+        "rabbitmqctl {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).trim().to_owned()
+}
+
+/// `rabbitmqctl eval <expression>`: the broker's answer, as Erlang prints it.
+pub fn rabbit_eval(expression: &str) -> String {
+    rabbitmqctl(&["eval", expression])
+}
