@@ -333,7 +333,8 @@ async fn a_message_type_that_is_a_string_goes_to_error() {
 /// A payload that does not bind to `T`: MassTransit's `TryGetMessage<T>` throws in the
 /// message-type filter, inside the endpoint's retry, before any consumer ran. The error pipe's
 /// `GenerateFaultFilter` publishes a `ReceiveFault` (no consumer faulted), never a `Fault<T>`
-/// whose `message` is not a `T`; `ErrorTransportFilter` moves it to `_error` with the retry
+/// whose `message` is not a `T`, naming the message by its envelope's id and types (also when the
+/// AMQP `message_id` is not set); `ErrorTransportFilter` moves it to `_error` with the retry
 /// count and without consumer headers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_payload_that_does_not_bind_gets_a_receive_fault_not_a_fault_of_t() {
@@ -375,9 +376,12 @@ async fn a_payload_that_does_not_bind_gets_a_receive_fault_not_a_fault_of_t() {
         "messageType": [URN],
         "message": {"orderId": "order-42", "total": "abc", "lines": []}
     }));
-    probe
-        .publish("", &queue, &unbound, mt_properties(&id.to_string()))
-        .await;
+    // Published as a client that sets no AMQP `message_id` does: the fault names the message
+    // from its envelope (MassTransit's `GenerateFaultFilter` reads the consume context).
+    let no_message_id = BasicProperties::default()
+        .with_content_type("application/vnd.masstransit+json".into())
+        .with_delivery_mode(2);
+    probe.publish("", &queue, &unbound, no_message_id).await;
 
     let moved = probe.wait_get(&format!("{queue}_error")).await;
     assert_eq!(moved.delivery.data, unbound);
@@ -405,6 +409,8 @@ async fn a_payload_that_does_not_bind_gets_a_receive_fault_not_a_fault_of_t() {
     );
     let fault: ReceiveFault = serde_json::from_value(fault.body["message"].clone()).unwrap();
     assert_eq!(fault.exceptions[0].exception_type, "serde_json::Error");
+    assert_eq!(fault.faulted_message_id, Some(id));
+    assert_eq!(fault.fault_message_types, [URN]);
     // The one fault of this delivery was the ReceiveFault: no Fault<OrderPlaced> at all.
     assert_eq!(probe.queue_count(&typed_faults).await, Some(0));
     assert_eq!(*consumed.lock().unwrap(), 0);
