@@ -111,7 +111,7 @@ async fn passwords_with_sub_delimiters_never_appear() {
 #[tokio::test]
 async fn a_prefetch_of_zero_is_refused() {
     let error = RabbitMqBus::builder(&amqp_url())
-        .receive_endpoint(&unique("prefetch-zero"), |e| {
+        .receive_endpoint(unique("prefetch-zero"), |e| {
             e.prefetch(0).consumer(consumer_fn(
                 "Zero",
                 |_: ferrybus_core::ConsumeContext<Ping>| async {
