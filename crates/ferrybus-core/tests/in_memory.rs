@@ -155,7 +155,7 @@ async fn a_final_failure_moves_to_the_error_queue_and_publishes_a_fault() {
         h.get_str("MT-Fault-Message"),
         Some("payment gateway down (attempt 1)")
     );
-    assert_eq!(h.get_str("MT-Fault-ConsumerType"), Some("Flaky"));
+    assert_eq!(h.get_str("MT-Fault-ConsumerType"), Some("in_memory.Flaky"));
     assert_eq!(
         h.get_str("MT-Fault-MessageType"),
         Some("Bookstore.Contracts.OrderPlaced")
