@@ -81,6 +81,7 @@
 //! ```
 
 mod background;
+mod backoff;
 mod cleanup;
 mod config;
 mod consumer_outbox;

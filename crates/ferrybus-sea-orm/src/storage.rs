@@ -14,9 +14,10 @@ use ferrybus_core::storage::Storage;
 use sea_orm::{ConnectionTrait, DatabaseConnection};
 use uuid::Uuid;
 
+use crate::backoff::Backoff;
 use crate::cleanup::InboxCleanup;
 use crate::config::Tables;
-use crate::delivery::{backoff_of, Backoff, OutboxDeliveryService};
+use crate::delivery::OutboxDeliveryService;
 use crate::error::StoreError;
 use crate::fast::{postgres_pool, Connections};
 use crate::inbox::{Handoff, InboxConfig, InboxLayer};
@@ -89,7 +90,7 @@ impl PostgresStorage {
     pub fn new(db: DatabaseConnection) -> Self {
         let settings = Arc::new(Settings::new(Tables::new()));
         Self {
-            sweep_backoff: Arc::new(backoff_of(&settings.delivery)),
+            sweep_backoff: Arc::new(Backoff::of(&settings.delivery)),
             settings,
             prepared: Arc::default(),
             handoff: Arc::default(),
@@ -109,7 +110,7 @@ impl PostgresStorage {
             .filter(|_| self.settings.tables() == &tables)
             .map(|timestamps| self.settings.with_timestamps(timestamps));
         self.prepared = Arc::new(RwLock::new(prepared));
-        self.sweep_backoff = Arc::new(backoff_of(&self.settings.delivery));
+        self.sweep_backoff = Arc::new(Backoff::of(&self.settings.delivery));
         self
     }
 

@@ -17,8 +17,8 @@ use chrono::Utc;
 use ferrybus_core::outgoing::SharedSink;
 use sea_orm::{ConnectionTrait, DatabaseConnection, DatabaseTransaction, FromQueryResult};
 
+use crate::backoff::Backoff;
 use crate::consumer_outbox;
-use crate::delivery::Backoff;
 use crate::error::{StoreError, StoreErrorKind};
 use crate::fast::Begin;
 use crate::sql::{InboxKey, Sql, SweptInbox};

@@ -1,7 +1,6 @@
 //! [`OutboxDeliveryService`]: sends bus-outbox rows after commit, in every instance.
 
-pub(crate) mod backoff;
-mod batch;
+pub(crate) mod batch;
 pub(crate) mod listener;
 
 use std::sync::Arc;
@@ -22,18 +21,7 @@ use crate::settings::{DeliverySettings, Settings};
 use crate::sql::InboxKey;
 use crate::sweeper;
 
-pub(crate) use backoff::Backoff;
-
-/// A back-off with the delivery settings' delays and attempts.
-pub(crate) fn backoff_of<K: Copy + Eq + std::hash::Hash>(
-    delivery: &DeliverySettings,
-) -> Backoff<K> {
-    Backoff::new(
-        delivery.backoff_initial,
-        delivery.backoff_max,
-        delivery.send_attempts,
-    )
-}
+use crate::backoff::Backoff;
 
 /// Delivers bus-outbox rows (ferrybus's and .NET's) through a sink, typically the broker
 /// transport. Run one in every instance: workers claim outboxes with `FOR UPDATE SKIP LOCKED`,
@@ -67,7 +55,7 @@ impl OutboxDeliveryService {
         settings: Arc<Settings>,
         sweep_backoff: Arc<Backoff<InboxKey>>,
     ) -> Self {
-        let backoff = Arc::new(backoff_of(&settings.delivery));
+        let backoff = Arc::new(Backoff::of(&settings.delivery));
         Self {
             db,
             sink,

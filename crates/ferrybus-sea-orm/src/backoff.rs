@@ -17,6 +17,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::defaults::SET_ASIDE_RETRY;
+use crate::settings::DeliverySettings;
 
 /// At most this many backed-off entries are excluded from one claim.
 const MAX_EXCLUDED: usize = 1000;
@@ -55,6 +56,15 @@ pub(crate) struct Backoff<K> {
 }
 
 impl<K: Copy + Eq + Hash> Backoff<K> {
+    /// A back-off with the delivery settings' delays and attempts.
+    pub(crate) fn of(delivery: &DeliverySettings) -> Self {
+        Self::new(
+            delivery.backoff_initial,
+            delivery.backoff_max,
+            delivery.send_attempts,
+        )
+    }
+
     /// `initial` doubling to `max`; set aside after `attempts` failed tries.
     pub(crate) fn new(initial: Duration, max: Duration, attempts: u32) -> Self {
         Self {
