@@ -8,6 +8,7 @@
 //! ferrybus migrate [--print | --check]                the messaging tables
 //! ferrybus topology <endpoint>                        declared vs. on the broker
 //! ferrybus envelope inspect [FILE|-]                  a MassTransit body as normalized JSON
+//! ferrybus trace MESSAGE_ID                           one message in the inbox, outbox, sagas, queues
 //! ```
 //!
 //! Every command takes `--amqp-url` / `AMQP_URL` and `--database-url` / `DATABASE_URL`. A
@@ -26,6 +27,7 @@ mod output;
 mod queues;
 mod storage;
 mod topology;
+mod trace;
 
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
@@ -94,6 +96,9 @@ enum Command {
     /// Work with MassTransit envelopes.
     #[command(subcommand)]
     Envelope(EnvelopeCommand),
+    /// What happened to one message: its inbox rows, the outbox rows it produced, the saga
+    /// instances it is linked to, its copies in `_error` and `_skipped` queues.
+    Trace(trace::TraceArgs),
 }
 
 /// The verbs of `errors` and `skipped`.
@@ -433,6 +438,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Migrate(args) => migrate(&database_url, &args).await,
         Command::Topology(args) => topology_command(&amqp_url, args).await,
         Command::Envelope(EnvelopeCommand::Inspect { file }) => inspect_command(file.as_deref()),
+        Command::Trace(args) => trace::run(&amqp_url, &database_url, args).await,
     }
 }
 
