@@ -124,7 +124,7 @@ async fn trace_tells_the_story_of_consumed_faulted_and_skipped_messages() {
             assert!(story.contains(&format!("queues: in {error_queue} (position 1 of 1)")), "{story}");
             assert!(story.contains("  faulted ") && story.contains(" in InvoiceConsumer on "), "{story}");
             assert!(story.contains("invoices"), "{story}");
-            assert!(story.contains(&format!("queues: not in {skipped_queue} (1 messages)")), "{story}");
+            assert!(story.contains(&format!("queues: not in {skipped_queue} (1 message)")), "{story}");
             assert!(story.contains("queues: every message peeked is still in its queue"), "{story}");
 
             let skipped_id = skipped.to_string();
@@ -255,7 +255,7 @@ async fn trace_shows_the_outbox_rows_still_pending_and_the_saga_instance() {
         "{story}"
     );
     assert!(
-        story.contains("outbox: 2 message(s) it produced wait to be sent"),
+        story.contains("outbox: 2 messages it produced wait to be sent"),
         "{story}"
     );
     assert!(story.contains(&format!("Bookstore.Contracts:PaymentCaptured {second} to rabbitmq://localhost/Bookstore.Contracts:PaymentCaptured (by Billing.InvoiceConsumer")), "{story}");

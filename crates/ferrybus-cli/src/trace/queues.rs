@@ -76,6 +76,12 @@ pub(crate) async fn search(
     let mut result = QueueSearch::default();
     let listed = if names.is_empty() {
         match discover(amqp_url, management_url) {
+            Ok(listed) if listed.is_empty() => {
+                result
+                    .notes
+                    .push("the management API lists no _error or _skipped queue".to_owned());
+                return Ok(result);
+            }
             Ok(listed) => Some(listed),
             Err(note) => {
                 result.notes.push(note);

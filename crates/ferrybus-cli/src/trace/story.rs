@@ -12,10 +12,28 @@ use crate::error::CliError;
 /// How many lines of a stack trace the story shows.
 const STACK_LINES: usize = 3;
 
+/// How much of a stack trace line the story shows.
+const LINE_WIDTH: usize = 120;
+
+/// `text` cut to `max` characters, `…` marking the cut.
+fn cut(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((i, _)) => format!("{}…", &text[..i]),
+        None => text.to_owned(),
+    }
+}
+
+/// `n thing` or `n things`.
+fn count(n: impl Into<u64>, thing: &str) -> String {
+    let n = n.into();
+    format!("{n} {thing}{}", if n == 1 { "" } else { "s" })
+}
+
 /// Writes the story of `trace`.
 pub(crate) fn write(out: &mut impl Write, trace: &Trace) -> Result<(), CliError> {
     writeln!(out, "message {}", trace.message_id)?;
-    inbox(out, &trace.inbox)?;
+    let faulted = trace.queues.copies.iter().any(|c| c.kind == "error");
+    inbox(out, &trace.inbox, faulted)?;
     outbox(out, &trace.outbox, &trace.produced)?;
     sagas(out, &trace.sagas)?;
     queues(out, trace)?;
@@ -31,13 +49,18 @@ fn short_type(types: &str) -> String {
     first.strip_prefix(URN_PREFIX).unwrap_or(first).to_owned()
 }
 
-fn inbox(out: &mut impl Write, rows: &[InboxEntry]) -> Result<(), CliError> {
+fn inbox(out: &mut impl Write, rows: &[InboxEntry], faulted: bool) -> Result<(), CliError> {
     writeln!(out)?;
     if rows.is_empty() {
-        writeln!(out, "inbox: no consumer has a row for it")?;
+        let why = if faulted {
+            " (a ferrybus consumer's row rolls back with its failed work)"
+        } else {
+            ""
+        };
+        writeln!(out, "inbox: no consumer has a row for it{why}")?;
         return Ok(());
     }
-    writeln!(out, "inbox: {} consumer row(s)", rows.len())?;
+    writeln!(out, "inbox: {}", count(rows.len() as u64, "consumer row"))?;
     for row in rows {
         let consumer = row
             .consumer
@@ -118,10 +141,12 @@ fn outbox(
         }
     }
     if !produced.is_empty() {
+        let n = produced.len() as u64;
         writeln!(
             out,
-            "outbox: {} message(s) it produced wait to be sent",
-            produced.len()
+            "outbox: {} it produced {} to be sent",
+            count(n, "message"),
+            if n == 1 { "waits" } else { "wait" }
         )?;
         for row in produced {
             let consumer = row.inbox_consumer.clone().unwrap_or_else(|| {
@@ -185,7 +210,7 @@ fn queues(out: &mut impl Write, trace: &Trace) -> Result<(), CliError> {
         .searched
         .iter()
         .filter(|s| !search.copies.iter().any(|c| c.queue == s.queue))
-        .map(|s| format!("{} ({} messages)", s.queue, s.messages))
+        .map(|s| format!("{} ({})", s.queue, count(s.messages, "message")))
         .collect();
     if !elsewhere.is_empty() {
         writeln!(out, "queues: not in {}", elsewhere.join(", "))?;
@@ -211,7 +236,11 @@ fn write_copy(out: &mut impl Write, copy: &Copy) -> Result<(), CliError> {
     if copy.kind == "skipped" {
         writeln!(
             out,
-            "  skipped{input}: no consumer of that endpoint takes {} (reason {})",
+            "  skipped{input}{}: no consumer of that endpoint takes {} (reason {})",
+            s.host
+                .as_deref()
+                .map(|h| format!(" by {h}"))
+                .unwrap_or_default(),
             dash(s.message_type.as_deref()),
             dash(s.reason.as_deref())
         )?;
@@ -235,7 +264,7 @@ fn write_copy(out: &mut impl Write, copy: &Copy) -> Result<(), CliError> {
     )?;
     if let Some(stack) = &copy.stack_trace {
         for line in stack.lines().take(STACK_LINES) {
-            writeln!(out, "    {}", line.trim())?;
+            writeln!(out, "    {}", cut(line.trim(), LINE_WIDTH))?;
         }
     }
     Ok(())

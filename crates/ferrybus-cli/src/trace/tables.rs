@@ -9,6 +9,7 @@ use ferrybus_sea_orm::{NamingStyle, Tables};
 use sea_orm::{ConnectionTrait, DatabaseConnection, DbBackend, Statement};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -242,14 +243,24 @@ async fn json_rows(
     sql: &str,
     id: Uuid,
 ) -> Result<Vec<Value>, sea_orm::DbErr> {
+    json_texts(db, sql, id)
+        .await?
+        .iter()
+        .map(|text| serde_json::from_str(text).map_err(|e| sea_orm::DbErr::Custom(e.to_string())))
+        .collect()
+}
+
+/// The `row` column of the rows `sql` selects with `$1 = id`: JSON text as PostgreSQL wrote it.
+async fn json_texts(
+    db: &DatabaseConnection,
+    sql: &str,
+    id: Uuid,
+) -> Result<Vec<String>, sea_orm::DbErr> {
     let statement = Statement::from_sql_and_values(DbBackend::Postgres, sql, [id.into()]);
     db.query_all_raw(statement)
         .await?
         .iter()
-        .map(|row| {
-            let text: String = row.try_get("", "row")?;
-            serde_json::from_str(&text).map_err(|e| sea_orm::DbErr::Custom(e.to_string()))
-        })
+        .map(|row| row.try_get::<String>("", "row"))
         .collect()
 }
 
@@ -354,8 +365,8 @@ pub(crate) struct SagaEntry {
     pub(crate) current_state: Option<Value>,
     /// How the message is linked to it (see [`saga_links`]).
     pub(crate) linked_by: Vec<String>,
-    /// The whole row.
-    pub(crate) row: Value,
+    /// The whole row, as PostgreSQL writes it in JSON (numbers keep every digit).
+    pub(crate) row: Box<RawValue>,
 }
 
 /// The correlation ids that link a saga instance to message `id`, each with where it came from:
@@ -424,16 +435,19 @@ pub(crate) async fn sagas(
             ident(&table.key)
         );
         for (id, why) in ids {
-            let rows = json_rows(db, &sql, *id)
+            let what = || format!("reading saga table {shown}");
+            let rows = json_texts(db, &sql, *id)
                 .await
-                .map_err(|e| CliError::database(format!("reading saga table {shown}"), e))?;
-            for row in rows {
+                .map_err(|e| CliError::database(what(), e))?;
+            for text in rows {
+                let bad = |e: serde_json::Error| CliError::database(what(), e);
+                let fields: Value = serde_json::from_str(&text).map_err(bad)?;
                 found.push(SagaEntry {
                     table: shown.clone(),
                     correlation_id: *id,
-                    current_state: table.state.as_ref().and_then(|s| row.get(s).cloned()),
+                    current_state: table.state.as_ref().and_then(|s| fields.get(s).cloned()),
                     linked_by: why.clone(),
-                    row,
+                    row: RawValue::from_string(text).map_err(bad)?,
                 });
             }
         }
