@@ -116,10 +116,8 @@ async fn trace_tells_the_story_of_consumed_faulted_and_skipped_messages() {
                 .map(|s| s["queue"].as_str().unwrap())
                 .collect();
             assert_eq!(searched, [error_queue.as_str(), skipped_queue.as_str()]);
-            // The inbox transaction rolled back with the fault: no row says it was consumed.
-            for row in trace["inbox"].as_array().unwrap() {
-                assert_eq!(row["state"], "received", "{row}");
-            }
+            // The inbox transaction rolled back with the fault: no inbox row.
+            assert_eq!(trace["inbox"], serde_json::json!([]), "{trace}");
             let story = success(&run(&args).await);
             assert!(story.contains(&format!("queues: in {error_queue} (position 1 of 1)")), "{story}");
             assert!(story.contains("  faulted ") && story.contains(" in InvoiceConsumer on "), "{story}");
@@ -354,4 +352,87 @@ async fn trace_refuses_bad_input() {
     );
     let trace = json(&String::from_utf8_lossy(&out.stdout));
     assert_eq!(trace["inbox"], serde_json::json!([]));
+}
+
+/// A .NET consumer that failed: its inbox row stays (received, not consumed) and its copy sits in
+/// the error queue; the fault headers name the consumer, and the copy's correlation id links the
+/// saga instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trace_names_a_dotnet_consumer_from_its_fault_headers() {
+    TestEnv::new("cli_trace_dotnet")
+        .await
+        .run(|env| async move {
+            let schema = TestSchema::new(Shape::CanonicalFixture).await;
+            let s = &schema.schema;
+            let queue = env.queue("orders");
+            let error_queue = format!("{queue}_error");
+            env.probe
+                .declare_queue(&error_queue, true, Default::default())
+                .await
+                .expect("the error queue is declared");
+            let message = Uuid::now_v7();
+            let consumer = ferrybus::message::consumer_id(
+                "Billing.InvoiceConsumer",
+                "Bookstore.Contracts.OrderPlaced",
+                &queue,
+            );
+            schema
+                .exec(&format!(
+                    r#"INSERT INTO "{s}"."InboxState" ("MessageId", "ConsumerId", "LockId", "Received", "ReceiveCount")
+                         VALUES ('{message}', '{consumer}', gen_random_uuid(), now(), 3);
+                       CREATE TABLE "{s}"."OrderState" ("CorrelationId" uuid PRIMARY KEY, "CurrentState" text NOT NULL);
+                       INSERT INTO "{s}"."OrderState" VALUES ('{message}', 'Submitted');"#
+                ))
+                .await;
+            let id = message.to_string();
+            // An unrelated message first, then the copy MassTransit moved.
+            let other = Uuid::now_v7().to_string();
+            for id in [&other, &id] {
+                let body = envelope(id, "Bookstore.Contracts:OrderPlaced", serde_json::json!({"orderId": id}));
+                let properties = support::faulted_properties(
+                    id,
+                    &format!("rabbitmq://localhost/{queue}"),
+                    "System.InvalidOperationException",
+                    "The invoice could not be written",
+                    "2026-12-01T10:57:00.579Z",
+                );
+                env.probe.publish("", &error_queue, &body, properties).await;
+            }
+
+            let args = ["trace", &id, "--schema", s, "--queue", &queue, "--saga-table", "OrderState"];
+            let trace = json(&success(&run(&[&args[..], &["--json"]].concat()).await));
+            let inbox = trace["inbox"].as_array().unwrap();
+            assert_eq!(inbox.len(), 1, "{trace}");
+            assert_eq!(inbox[0]["state"], "received");
+            assert_eq!(inbox[0]["receiveCount"], 3);
+            assert_eq!(
+                inbox[0]["consumer"],
+                format!("Billing.InvoiceConsumer (Bookstore.Contracts.OrderPlaced on {queue})"),
+                "named from MT-Fault-ConsumerType, the message type and the input queue: {trace}"
+            );
+            let copies = trace["queues"]["copies"].as_array().unwrap();
+            assert_eq!(copies.len(), 1, "{trace}");
+            assert_eq!(copies[0]["position"], 2);
+            assert_eq!(copies[0]["queueMessages"], 2);
+            assert_eq!(copies[0]["exceptionType"], "System.InvalidOperationException");
+            assert_eq!(copies[0]["retryCount"], 2);
+            assert_eq!(trace["queues"]["searched"][0]["queue"], error_queue, "{trace}");
+            assert_eq!(trace["queues"]["searched"].as_array().unwrap().len(), 1, "no skipped queue: {trace}");
+            let sagas = trace["sagas"].as_array().unwrap();
+            assert_eq!(sagas.len(), 1, "{trace}");
+            assert_eq!(sagas[0]["currentState"], "Submitted");
+            assert_eq!(
+                sagas[0]["linkedBy"],
+                serde_json::json!(["message id", "correlation id of its copy in a queue"])
+            );
+
+            let story = success(&run(&args).await);
+            assert!(story.contains("    not consumed: the consumer did not commit"), "{story}");
+            assert!(story.contains("(4 times)"), "{story}");
+            assert!(story.contains(&format!("queues: in {error_queue} (position 2 of 2)")), "{story}");
+            assert!(story.contains("  System.InvalidOperationException: The invoice could not be written"), "{story}");
+            assert!(story.contains("    at Billing.InvoiceConsumer.Consume()"), "{story}");
+            assert_eq!(env.probe.queue_count(&error_queue).await, Some(2), "both still there");
+        })
+        .await;
 }
