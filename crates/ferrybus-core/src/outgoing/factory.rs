@@ -114,6 +114,7 @@ impl MessageFactory {
         let message_type = M::message_type();
         let destination = self.host.entity_address(message_type.entity_name());
         let payload = Payload::of(message)?;
+        let options = options.correlated_by(message);
         self.build(&message_type, payload, destination, origin, options, true)
     }
 
@@ -127,6 +128,7 @@ impl MessageFactory {
     ) -> Result<OutgoingMessage, PublishError> {
         let destination = self.host.resolve(address)?;
         let payload = Payload::of(message)?;
+        let options = options.correlated_by(message);
         self.build(
             &M::message_type(),
             payload,
@@ -282,6 +284,29 @@ mod tests {
             envelope.source_address.as_deref(),
             Some("rabbitmq://localhost/billing")
         );
+    }
+
+    #[derive(Serialize, Deserialize, ferrybus_core::Message)]
+    #[serde(rename_all = "camelCase")]
+    #[message(namespace = "Bookstore.Contracts")]
+    struct OrderShipped {
+        event_id: Uuid,
+    }
+
+    #[test]
+    fn the_correlation_id_convention_yields_to_the_caller() {
+        let factory = MessageFactory::new(HostAddress::loopback());
+        let event = OrderShipped {
+            event_id: Uuid::from_u128(5),
+        };
+        let origin = MessageOrigin::default();
+        let published = factory.publish(&event, &origin, SendOptions::new()).unwrap();
+        assert_eq!(published.correlation_id, Some(Uuid::from_u128(5)));
+        let envelope = Envelope::from_slice(&published.body).unwrap();
+        assert_eq!(envelope.correlation_id, Some(Uuid::from_u128(5)));
+        let explicit = SendOptions::new().correlation_id(Uuid::from_u128(6));
+        let sent = factory.send("queue:q", &event, &origin, explicit).unwrap();
+        assert_eq!(sent.correlation_id, Some(Uuid::from_u128(6)));
     }
 
     #[test]

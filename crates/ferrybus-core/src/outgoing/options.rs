@@ -7,6 +7,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use crate::envelope::{Envelope, Headers};
+use crate::message::Message;
 
 /// Options of one publish or send, MassTransit's `SendContext` settings.
 ///
@@ -124,6 +125,13 @@ impl SendOptions {
     /// The headers set so far.
     pub fn headers(&self) -> &Headers {
         &self.headers
+    }
+
+    /// The correlation id convention, applied to every message built from a typed message: the
+    /// caller's correlation id, else the message's own ([`Message::correlation_id`]).
+    pub(super) fn correlated_by<M: Message>(mut self, message: &M) -> Self {
+        self.correlation_id = self.correlation_id.or_else(|| message.correlation_id());
+        self
     }
 }
 
