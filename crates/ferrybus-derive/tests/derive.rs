@@ -314,11 +314,18 @@ mod correlation {
             correlation_id: order,
         };
         assert_eq!(Message::correlation_id(&renamed), None);
-        assert_eq!(OrderPlaced::message_type().urn(), "urn:message:Bookstore.Contracts:OrderPlaced");
+        assert_eq!(
+            OrderPlaced::message_type().urn(),
+            "urn:message:Bookstore.Contracts:OrderPlaced"
+        );
         let placed = OrderPlaced {
             order_id: order,
             quantity: 1,
         };
-        assert_eq!(placed.correlation_id(), None, "no attribute, no convention field");
+        assert_eq!(
+            placed.correlation_id(),
+            None,
+            "no attribute, no convention field"
+        );
     }
 }

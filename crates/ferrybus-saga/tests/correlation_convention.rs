@@ -4,7 +4,6 @@
 //! `correlationId` (as a .NET saga with `CorrelateById(context => context.CorrelationId)` does)
 //! reads it.
 
-
 use ferrybus_core::{Message, Publish, SendOptions};
 use ferrybus_rabbitmq::RabbitMqBus;
 use ferrybus_saga::{Event, InMemorySagaRepository, SagaEndpointExt, StateMachine};

@@ -191,7 +191,11 @@ impl MessageFactory {
         } else {
             Vec::new()
         };
+        let raw = options.raw_json.then(|| envelope.clone());
         let mut message = Self::from_envelope(envelope, publish_bindings);
+        if let Some(envelope) = raw {
+            super::raw::into_raw_json(&mut message, &envelope);
+        }
         message.timestamp_headers = options.timestamp_headers;
         if let Some(transport) = &self.transport {
             let priority = options.priority.or(origin.priority);
@@ -300,7 +304,9 @@ mod tests {
             event_id: Uuid::from_u128(5),
         };
         let origin = MessageOrigin::default();
-        let published = factory.publish(&event, &origin, SendOptions::new()).unwrap();
+        let published = factory
+            .publish(&event, &origin, SendOptions::new())
+            .unwrap();
         assert_eq!(published.correlation_id, Some(Uuid::from_u128(5)));
         let envelope = Envelope::from_slice(&published.body).unwrap();
         assert_eq!(envelope.correlation_id, Some(Uuid::from_u128(5)));
