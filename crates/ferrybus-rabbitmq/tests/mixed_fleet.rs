@@ -287,3 +287,59 @@ async fn a_rust_consumer_reads_a_fault_published_by_dotnet() {
     bus.stop().await;
     probe.cleanup().await;
 }
+
+/// An endpoint named by a formatter declares the queue its .NET twin reads: MassTransit's
+/// `SnakeCaseEndpointNameFormatter("Dev-", false)` names `SubmitOrderConsumer`
+/// `dev-submit_order` (`EndpointName_Specs.Should_include_the_prefix_snake_with_separator`); a
+/// message sent to that literal queue name reaches the consumer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_named_by_a_formatter_declares_the_dotnet_queue() {
+    use ferrybus_core::endpoint::EndpointNameFormatter;
+    let probe = Probe::connect(&amqp_url()).await;
+    let suffix = ferrybus_testing::unique_suffix();
+    let expected = format!("ft{suffix}-submit_order");
+    probe.track_endpoint(&expected);
+    let formatter = EndpointNameFormatter::snake_case().prefix(format!("Ft{suffix}-"));
+    let queue = formatter
+        .consumer("Sample.Components.SubmitOrderConsumer")
+        .unwrap();
+    assert_eq!(queue, expected);
+    let seen: Seen = Arc::default();
+    let record = seen.clone();
+    let bus = start(
+        RabbitMqBus::builder(&amqp_url()).receive_endpoint(queue, move |e| {
+            e.bind_message_types(false).consumer(consumer_fn(
+                "SubmitOrderConsumer",
+                move |ctx: ConsumeContext<StockReserved>| {
+                    let record = record.clone();
+                    async move {
+                        let seen = (
+                            ctx.message_id(),
+                            ctx.correlation_id(),
+                            ctx.message().clone(),
+                        );
+                        record.lock().unwrap().push(seen);
+                        Ok::<_, ConsumeError>(())
+                    }
+                },
+            ))
+        }),
+    )
+    .await;
+    assert_eq!(
+        probe.queue_count(&expected).await,
+        Some(0),
+        "the queue exists"
+    );
+    let message = StockReserved {
+        sku: "E-5".into(),
+        quantity: 4,
+    };
+    let id = bus
+        .send(&format!("queue:{expected}"), &message)
+        .await
+        .unwrap();
+    assert_eq!(wait_for_id(&seen, id).await.1, message);
+    bus.stop().await;
+    probe.cleanup().await;
+}

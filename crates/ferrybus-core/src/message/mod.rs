@@ -29,7 +29,7 @@ use serde::{de::DeserializeOwned, Serialize};
 use uuid::Uuid;
 
 pub use ferrybus_dotnet::{bind, bind_value, ParseTypeNameError, TypeName, URN_PREFIX};
-pub use naming::{consumer_id, dotted_type_name, kebab_case, short_type_name};
+pub use naming::{consumer_id, dotted_type_name, short_type_name};
 
 /// A Rust type that travels as a MassTransit message.
 ///
