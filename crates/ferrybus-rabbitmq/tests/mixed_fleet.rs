@@ -343,3 +343,102 @@ async fn an_endpoint_named_by_a_formatter_declares_the_dotnet_queue() {
     bus.stop().await;
     probe.cleanup().await;
 }
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct InvoiceRequested {
+    pub order: String,
+    /// How many attempts fail before one succeeds (`u32::MAX`: all).
+    pub failing_attempts: u32,
+}
+
+impl Message for InvoiceRequested {
+    fn message_type() -> MessageType {
+        MessageType::parse("FerrybusTests.MixedFleet:InvoiceRequested").unwrap()
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct InvoiceCreated {
+    pub order: String,
+    pub attempt: u32,
+}
+
+impl Message for InvoiceCreated {
+    fn message_type() -> MessageType {
+        MessageType::parse("FerrybusTests.MixedFleet:InvoiceCreated").unwrap()
+    }
+}
+
+/// A consumer without a database behind MassTransit's in-memory outbox (`UseInMemoryOutbox`):
+/// what it publishes leaves only when it succeeds. A consumer that always fails publishes
+/// nothing (its message goes to `_error`), and one that fails once and then succeeds publishes
+/// only the successful attempt's message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_less_consumer_publishes_only_when_it_succeeds() {
+    use ferrybus_core::consume::InMemoryOutboxLayer;
+    use ferrybus_core::RetryPolicy;
+    let probe = Probe::connect(&amqp_url()).await;
+    let queue = unique("mixed-outbox");
+    probe.track_endpoint(&queue);
+    let created = InvoiceCreated::message_type().entity_name().to_owned();
+    probe.track(&[], &[&created]);
+    let published = probe.bind_probe(&created).await;
+    let bus = start(
+        RabbitMqBus::builder(&amqp_url()).receive_endpoint(&queue, |e| {
+            e.bind_message_types(false)
+                .retry(RetryPolicy::immediate(2))
+                .consumer_layer(InMemoryOutboxLayer)
+                .consumer(consumer_fn(
+                    "InvoiceConsumer",
+                    |ctx: ConsumeContext<InvoiceRequested>| async move {
+                        let attempt = ctx.retry_attempt();
+                        let order = ctx.message().order.clone();
+                        ctx.publish(&InvoiceCreated { order, attempt }).await?;
+                        if attempt < ctx.message().failing_attempts {
+                            return Err(ConsumeError::handler("the invoice service is down"));
+                        }
+                        Ok(())
+                    },
+                ))
+        }),
+    )
+    .await;
+    let address = format!("queue:{queue}");
+    let request = |order: &str, failing_attempts| InvoiceRequested {
+        order: order.into(),
+        failing_attempts,
+    };
+    bus.send(&address, &request("always-fails", u32::MAX))
+        .await
+        .unwrap();
+    bus.send(&address, &request("fails-once", 1)).await.unwrap();
+    bus.send(&address, &request("succeeds", 0)).await.unwrap();
+
+    // The failed message reached `_error` (after its three attempts) …
+    let error_queue = format!("{queue}_error");
+    eventually("the failed message in _error", WAIT, || async {
+        (probe.queue_count(&error_queue).await == Some(1)).then_some(())
+    })
+    .await;
+    // … and the other two consumers returned: two invoices, one per success.
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        let m = probe.wait_for(&published, |_| true).await;
+        got.push((
+            m.body["message"]["order"].as_str().unwrap().to_owned(),
+            m.body["message"]["attempt"].as_u64().unwrap(),
+        ));
+    }
+    got.sort();
+    assert_eq!(
+        got,
+        [("fails-once".to_owned(), 1), ("succeeds".to_owned(), 0)]
+    );
+    bus.stop().await;
+    // Stopped: nothing else can arrive; the failed attempts published nothing.
+    assert_eq!(probe.queue_count(&published).await, Some(0));
+    probe.delete_queue(&published).await;
+    probe.cleanup().await;
+}
