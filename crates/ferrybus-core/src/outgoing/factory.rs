@@ -290,31 +290,6 @@ mod tests {
         );
     }
 
-    #[derive(Serialize, Deserialize, ferrybus_core::Message)]
-    #[serde(rename_all = "camelCase")]
-    #[message(namespace = "Bookstore.Contracts")]
-    struct OrderShipped {
-        event_id: Uuid,
-    }
-
-    #[test]
-    fn the_correlation_id_convention_yields_to_the_caller() {
-        let factory = MessageFactory::new(HostAddress::loopback());
-        let event = OrderShipped {
-            event_id: Uuid::from_u128(5),
-        };
-        let origin = MessageOrigin::default();
-        let published = factory
-            .publish(&event, &origin, SendOptions::new())
-            .unwrap();
-        assert_eq!(published.correlation_id, Some(Uuid::from_u128(5)));
-        let envelope = Envelope::from_slice(&published.body).unwrap();
-        assert_eq!(envelope.correlation_id, Some(Uuid::from_u128(5)));
-        let explicit = SendOptions::new().correlation_id(Uuid::from_u128(6));
-        let sent = factory.send("queue:q", &event, &origin, explicit).unwrap();
-        assert_eq!(sent.correlation_id, Some(Uuid::from_u128(6)));
-    }
-
     #[test]
     fn derives_bindings_from_urns() {
         let factory = MessageFactory::new(HostAddress::new("rabbitmq", "localhost", None, "/"));
