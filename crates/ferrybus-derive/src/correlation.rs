@@ -18,7 +18,28 @@ pub(crate) fn expand(
 ) -> syn::Result<TokenStream2> {
     if let Some(field) = correlated_by {
         let ident: syn::Ident = field.parse()?;
-        let ident = syn::Ident::new_raw(&ident.unraw().to_string(), field.span());
+        let name = ident.unraw().to_string();
+        let named = match &input.data {
+            Data::Struct(data) => match &data.fields {
+                Fields::Named(fields) => Some(fields),
+                _ => None,
+            },
+            _ => None,
+        };
+        let Some(fields) = named else {
+            return Err(syn::Error::new(
+                field.span(),
+                "`correlated_by` names a field: it needs a struct with named fields",
+            ));
+        };
+        let known = |f: &Field| f.ident.as_ref().is_some_and(|i| i.unraw() == name);
+        if !fields.named.iter().any(known) {
+            return Err(syn::Error::new(
+                field.span(),
+                format!("`correlated_by`: the struct has no field `{name}`"),
+            ));
+        }
+        let ident = syn::Ident::new_raw(&name, field.span());
         return Ok(method(
             root,
             quote! {
@@ -114,6 +135,28 @@ mod tests {
             unreachable!()
         };
         data.fields.iter().map(property_name).collect()
+    }
+
+    fn error(input: DeriveInput) -> String {
+        let args = crate::attrs::parse_args(&input.attrs.iter().collect::<Vec<_>>()).unwrap();
+        let root = quote!(::ferrybus_core);
+        expand(&input, args.correlated_by.as_ref(), &root)
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn correlated_by_names_an_existing_field_of_a_struct() {
+        let e = error(parse_quote! {
+            #[message(namespace = "Ns", correlated_by = "order")]
+            struct A { order_id: u8 }
+        });
+        assert!(e.contains("has no field `order`"), "{e}");
+        let e = error(parse_quote! {
+            #[message(namespace = "Ns", correlated_by = "order_id")]
+            enum A { B }
+        });
+        assert!(e.contains("needs a struct with named fields"), "{e}");
     }
 
     #[test]

@@ -307,6 +307,11 @@ mod tests {
             struct A {}
         });
         assert!(e.contains("`crate` expects a path"), "{e}");
+        let e = error(parse_quote! {
+            #[message(namespace = "Ns", correlated_by = "1x")]
+            struct A {}
+        });
+        assert!(e.contains("`correlated_by` expects a field name"), "{e}");
     }
 
     #[test]
