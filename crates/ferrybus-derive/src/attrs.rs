@@ -19,11 +19,12 @@ pub(crate) struct Args {
     pub(crate) entity_name: Option<LitStr>,
     pub(crate) fault_entity_name: Option<LitStr>,
     pub(crate) implements: Vec<LitStr>,
+    pub(crate) correlated_by: Option<LitStr>,
     pub(crate) krate: Option<syn::Path>,
 }
 
-const KEYS: &str =
-    "namespace, name, type_name, urn, entity_name, fault_entity_name, implements, crate";
+const KEYS: &str = "namespace, name, type_name, urn, entity_name, fault_entity_name, \
+                    implements, correlated_by, crate";
 
 pub(crate) fn parse_args(attrs: &[&Attribute]) -> syn::Result<Args> {
     let mut args = Args::default();
@@ -64,6 +65,19 @@ pub(crate) fn parse_args(attrs: &[&Attribute]) -> syn::Result<Args> {
                         "order-placed-faults",
                     )?;
                     check_not_empty(lit, "fault_entity_name")
+                }
+                "correlated_by" => {
+                    let lit = set_once(&mut args.correlated_by, &meta, &key, "order_id")?;
+                    lit.parse::<syn::Ident>().map(drop).map_err(|_| {
+                        syn::Error::new(
+                            lit.span(),
+                            format!(
+                                "`correlated_by` expects a field name such as \"order_id\", \
+                                 not {:?}",
+                                lit.value()
+                            ),
+                        )
+                    })
                 }
                 "implements" => {
                     let list = parse_implements(&meta)?;

@@ -19,6 +19,7 @@
 //! See [`macro@Message`] for every `#[message(...)]` key.
 
 mod attrs;
+mod correlation;
 mod validate;
 
 use proc_macro::TokenStream;
@@ -47,7 +48,14 @@ use attrs::{args_type_name, parse_args, Args, TypeNameSource};
 /// | `entity_name` | `"order-placed"` | `[EntityName("order-placed")]` |
 /// | `fault_entity_name` | `"order-placed-faults"` | `[FaultEntityName("order-placed-faults")]` |
 /// | `implements` | `["Ns:IEvent", "Ns:BaseClass"]` (or a single string) | the base classes and interfaces the contract advertises, nearest base first |
+/// | `correlated_by` | `"order_id"` | `CorrelatedBy<Guid>`: the `Uuid` / `Option<Uuid>` field that is the envelope's `correlationId` |
 /// | `crate` | `"::my_reexport::ferrybus"` | the path of the crate that exports `Message`, `MessageType` and `message::TypeName` |
+///
+/// Without `correlated_by`, the correlation id convention of MassTransit applies (see
+/// `Message::correlation_id`): the first `Uuid` / `Option<Uuid>` field named `CorrelationId`,
+/// else `EventId`, else `CommandId` (compared without case and underscores, a
+/// `#[serde(rename = "...")]` counting as the name) gives every send and publish its
+/// `correlationId`.
 ///
 /// Either `namespace` or `type_name` is required. Every name is checked at compile time; a bad
 /// value, an unknown key, a repeated key or a generic type is a compile error.
@@ -165,6 +173,7 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
         };
     }
 
+    let correlation_id = correlation::expand(input, args.correlated_by.as_ref(), &root)?;
     let ident = &input.ident;
     let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
     Ok(quote! {
@@ -175,6 +184,7 @@ fn expand(input: &DeriveInput) -> syn::Result<TokenStream2> {
                     ::std::sync::OnceLock::new();
                 ::core::clone::Clone::clone(CACHE.get_or_init(|| #build))
             }
+            #correlation_id
         }
     })
 }
@@ -297,6 +307,11 @@ mod tests {
             struct A {}
         });
         assert!(e.contains("`crate` expects a path"), "{e}");
+        let e = error(parse_quote! {
+            #[message(namespace = "Ns", correlated_by = "1x")]
+            struct A {}
+        });
+        assert!(e.contains("`correlated_by` expects a field name"), "{e}");
     }
 
     #[test]

@@ -217,3 +217,115 @@ fn generic_user<M: Message>() -> String {
 fn usable_through_the_trait() {
     assert_eq!(generic_user::<Inner>(), "Ns:Outer-Inner");
 }
+
+mod correlation {
+    //! MassTransit's correlation id send convention
+    //! (`CorrelationIdMessageSendTopologyConvention`): `CorrelatedBy<Guid>`, else a `Guid` /
+    //! `Guid?` property `CorrelationId`, else `EventId`, else `CommandId`.
+    use super::*;
+    use uuid::Uuid;
+
+    #[derive(Serialize, Deserialize, Message)]
+    #[serde(rename_all = "camelCase")]
+    #[message(namespace = "Ns")]
+    struct AllThree {
+        command_id: Uuid,
+        event_id: Uuid,
+        correlation_id: Option<Uuid>,
+    }
+
+    #[derive(Serialize, Deserialize, Message)]
+    #[message(namespace = "Ns")]
+    struct EventAndCommand {
+        #[serde(rename = "CommandId")]
+        command: Uuid,
+        #[serde(rename = "EventId")]
+        event: Uuid,
+    }
+
+    #[derive(Serialize, Deserialize, Message)]
+    #[message(namespace = "Ns")]
+    struct NotAGuid {
+        correlation_id: String,
+        event_id: Uuid,
+    }
+
+    #[derive(Serialize, Deserialize, Message)]
+    #[message(namespace = "Ns", correlated_by = "order_id")]
+    struct Explicit {
+        order_id: Uuid,
+        correlation_id: Uuid,
+    }
+
+    #[derive(Serialize, Deserialize, Message)]
+    #[message(namespace = "Ns")]
+    struct Renamed {
+        #[serde(rename = "orderId")]
+        correlation_id: Uuid,
+    }
+
+    #[test]
+    fn correlation_id_first_then_event_id_then_command_id() {
+        let (c, e, m) = (Uuid::from_u128(1), Uuid::from_u128(2), Uuid::from_u128(3));
+        let all = AllThree {
+            command_id: m,
+            event_id: e,
+            correlation_id: Some(c),
+        };
+        assert_eq!(all.correlation_id(), Some(c));
+        // The property is chosen by type, not by value: a `Guid?` CorrelationId that is null
+        // sets none, as MassTransit's selector picked that property.
+        let unset = AllThree {
+            correlation_id: None,
+            ..all
+        };
+        assert_eq!(Message::correlation_id(&unset), None);
+        let two = EventAndCommand {
+            command: m,
+            event: e,
+        };
+        assert_eq!(two.correlation_id(), Some(e));
+        let nil = EventAndCommand {
+            command: m,
+            event: Uuid::nil(),
+        };
+        assert_eq!(nil.correlation_id(), None, "Guid.Empty sets none");
+    }
+
+    #[test]
+    fn a_property_that_is_not_a_guid_is_skipped() {
+        let e = Uuid::from_u128(2);
+        let m = NotAGuid {
+            correlation_id: "x".into(),
+            event_id: e,
+        };
+        assert_eq!(m.correlation_id(), Some(e));
+    }
+
+    #[test]
+    fn correlated_by_wins_and_a_rename_hides_a_name() {
+        let order = Uuid::from_u128(9);
+        let m = Explicit {
+            order_id: order,
+            correlation_id: Uuid::from_u128(1),
+        };
+        assert_eq!(Message::correlation_id(&m), Some(order));
+        let renamed = Renamed {
+            correlation_id: order,
+        };
+        assert_eq!(Message::correlation_id(&renamed), None);
+        assert_eq!(
+            OrderPlaced::message_type().urn(),
+            "urn:message:Bookstore.Contracts:OrderPlaced"
+        );
+        let placed = OrderPlaced {
+            order_id: order,
+            quantity: 1,
+        };
+        assert_eq!(
+            placed.correlation_id(),
+            None,
+            "no attribute, no convention field"
+        );
+    }
+}

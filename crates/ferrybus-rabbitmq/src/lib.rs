@@ -24,7 +24,8 @@
 //! ```no_run
 //! use std::time::Duration;
 //! use ferrybus_core::{consumer_fn, ConsumeContext, ConsumeError, Message, MessageType, Publish, RetryPolicy};
-//! use ferrybus_rabbitmq::{naming::endpoint_name, Event, QueueEndpointExt, RabbitMqBus};
+//! use ferrybus_core::endpoint::EndpointNameFormatter;
+//! use ferrybus_rabbitmq::{Event, QueueEndpointExt, RabbitMqBus};
 //! use serde::{Deserialize, Serialize};
 //!
 //! #[derive(Debug, Serialize, Deserialize)]
@@ -37,12 +38,12 @@
 //!     }
 //! }
 //!
-//! struct SubmitOrderConsumer;
-//!
 //! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! // MassTransit's SetKebabCaseEndpointNameFormatter(): "submit-order"
+//! let queue = EndpointNameFormatter::kebab_case().consumer("Shop.SubmitOrderConsumer")?;
 //! let bus = RabbitMqBus::builder("amqp://guest:guest@localhost:5672/%2f")
 //!     .connection_name("orders-service")
-//!     .receive_endpoint(endpoint_name::<SubmitOrderConsumer>(), |e| { // "submit-order"
+//!     .receive_endpoint(queue, |e| {
 //!         e.concurrency(8)
 //!             .quorum()
 //!             .retry(RetryPolicy::intervals([Duration::from_millis(100), Duration::from_millis(500)]))

@@ -1,8 +1,7 @@
-//! Names MassTransit derives: z-base-32 ids, the bus (temporary) queue name, kebab-case endpoint
-//! names.
+//! Names MassTransit derives: z-base-32 ids and the bus (temporary) queue name (endpoint names:
+//! `ferrybus_core::endpoint::EndpointNameFormatter`).
 
 use ferrybus_core::envelope::HostInfo;
-use ferrybus_core::message::{kebab_case, short_type_name};
 use uuid::Uuid;
 
 const ZBASE32: &[u8; 32] = b"ybndrfg8ejkmcpqxot1uwisza345h769";
@@ -68,18 +67,6 @@ fn build_temporary_name(machine: &str, process: &str, tag: &str, id: &str) -> St
         parts[i] = parts[i].chars().take(14).collect();
     }
     join(&parts)
-}
-
-/// The kebab-case endpoint name MassTransit's `KebabCaseEndpointNameFormatter` derives from a
-/// consumer type: `SubmitOrderConsumer` → `submit-order`.
-///
-/// ```
-/// use ferrybus_rabbitmq::naming::endpoint_name;
-/// struct SubmitOrderConsumer;
-/// assert_eq!(endpoint_name::<SubmitOrderConsumer>(), "submit-order");
-/// ```
-pub fn endpoint_name<C: ?Sized>() -> String {
-    kebab_case(short_type_name::<C>())
 }
 
 #[cfg(test)]

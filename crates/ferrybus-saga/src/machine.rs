@@ -16,9 +16,10 @@ use crate::schedule::{Schedule, TokenFn, SCHEDULING_TOKEN_ID};
 use crate::state::{SagaStates, State};
 use ferrybus_core::consume::ConsumeRequest;
 use ferrybus_core::endpoint::EndpointConfig;
+use ferrybus_core::endpoint::EndpointNameFormatter;
 use ferrybus_core::envelope::Envelope;
 use ferrybus_core::error::ConsumeError;
-use ferrybus_core::message::{kebab_case, Message};
+use ferrybus_core::message::Message;
 use ferrybus_core::outgoing::{MessageOrigin, OutgoingMessage, SendOptions};
 use ferrybus_core::PublishError;
 
@@ -182,17 +183,11 @@ where
 
     /// The endpoint name MassTransit's kebab-case formatter gives the saga: `Saga` trimmed,
     /// then kebab case (`OrderState` → `order-state`; `DefaultEndpointNameFormatter.GetSagaName`).
+    /// Other formatters: [`EndpointNameFormatter::saga`] with [`name`](Self::name).
     pub fn endpoint_name(&self) -> String {
-        let name = self
-            .name
-            .rsplit(['.', ':', '+'])
-            .next()
-            .unwrap_or(&self.name);
-        let name = name
-            .strip_suffix("Saga")
-            .filter(|n| !n.is_empty())
-            .unwrap_or(name);
-        kebab_case(name)
+        EndpointNameFormatter::kebab_case()
+            .saga(&self.name)
+            .unwrap_or_else(|_| self.name.clone())
     }
 
     /// How many event types the machine handles (one consumer each).

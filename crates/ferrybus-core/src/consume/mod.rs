@@ -9,12 +9,14 @@
 //! consumers of its message types and turns their outcomes into one settlement.
 
 mod consumer;
+mod outbox;
 mod panic;
 mod request;
 mod retry;
 mod service;
 
 pub use consumer::{consumer_fn, ConsumeContext, Consumer, ConsumerFn};
+pub use outbox::{InMemoryOutboxLayer, InMemoryOutboxService};
 pub use panic::{catch_panic, panic_message};
 pub use request::{ConsumeOutcome, ConsumeRequest, ConsumerInfo, ReceivedMessage};
 pub use retry::{RetryLayer, RetryPolicy};

@@ -50,6 +50,7 @@ mod config;
 mod decide;
 mod delivery;
 mod error;
+mod name_formatter;
 mod names;
 mod read;
 mod registration;
@@ -64,6 +65,7 @@ pub use config::{
 };
 pub use delivery::Delivery;
 pub use error::DeliveryLimitReached;
+pub use name_formatter::EndpointNameFormatter;
 pub use names::{error_queue_name, skipped_queue_name, ERROR_QUEUE_SUFFIX, SKIPPED_QUEUE_SUFFIX};
 pub use registration::{ConsumerBuild, ConsumerRegistration};
 pub use settlement::{Faulted, Redelivery, Settlement, SettlementKind};

@@ -20,14 +20,16 @@
 //!                       "urn:message:Bookstore.Contracts:IOrderEvent"]);
 //! ```
 
+pub mod correlation;
 mod naming;
 
 use std::sync::Arc;
 
 use serde::{de::DeserializeOwned, Serialize};
+use uuid::Uuid;
 
 pub use ferrybus_dotnet::{bind, bind_value, ParseTypeNameError, TypeName, URN_PREFIX};
-pub use naming::{consumer_id, dotted_type_name, kebab_case, short_type_name};
+pub use naming::{consumer_id, dotted_type_name, short_type_name};
 
 /// A Rust type that travels as a MassTransit message.
 ///
@@ -52,6 +54,35 @@ pub use naming::{consumer_id, dotted_type_name, kebab_case, short_type_name};
 pub trait Message: Serialize + DeserializeOwned + Send + Sync + 'static {
     /// The MassTransit identity of this message type.
     fn message_type() -> MessageType;
+
+    /// The envelope `correlationId` every send and publish of this message gets, unless the
+    /// caller sets one ([`SendOptions::correlation_id`](crate::SendOptions::correlation_id)
+    /// wins, as MassTransit's send pipe runs the caller's callback after its topology's
+    /// `SetCorrelationIdFilter`). MassTransit's convention
+    /// (`src/MassTransit/Topology/Configuration/CorrelationIdMessageSendTopologyConvention.cs`):
+    /// `CorrelatedBy<Guid>`, else a `Guid`/`Guid?` property named `CorrelationId`, else
+    /// `EventId`, else `CommandId`; a nil id sets none.
+    ///
+    /// `#[derive(Message)]` implements it: `#[message(correlated_by = "field")]` names the
+    /// field (the `CorrelatedBy<Guid>` of .NET), else the first `Uuid` / `Option<Uuid>` field
+    /// whose name is `CorrelationId`, `EventId` or `CommandId` — in that order, compared without
+    /// case and underscores, a field's `#[serde(rename = "...")]` counting as its name. By hand,
+    /// the default is none:
+    ///
+    /// ```
+    /// use ferrybus_core::{Message, MessageType};
+    /// #[derive(serde::Serialize, serde::Deserialize)]
+    /// struct OrderShipped { order_id: uuid::Uuid }
+    /// impl Message for OrderShipped {
+    ///     fn message_type() -> MessageType { MessageType::parse("Shop:OrderShipped").unwrap() }
+    ///     fn correlation_id(&self) -> Option<uuid::Uuid> { Some(self.order_id) }
+    /// }
+    /// let id = uuid::Uuid::now_v7();
+    /// assert_eq!(OrderShipped { order_id: id }.correlation_id(), Some(id));
+    /// ```
+    fn correlation_id(&self) -> Option<Uuid> {
+        None
+    }
 }
 
 /// The MassTransit identity of a message type: its URN, its exchange (entity) name, its .NET type

@@ -1,38 +1,8 @@
-//! Endpoint names and consumer ids, derived as MassTransit derives them.
+//! Type names and consumer ids, derived as MassTransit derives them (endpoint names:
+//! [`EndpointNameFormatter`](crate::endpoint::EndpointNameFormatter)).
 
 use md5::{Digest, Md5};
 use uuid::Uuid;
-
-/// MassTransit's kebab-case endpoint name formatter: a `-` before every upper-case letter that
-/// follows a lower-case letter or a digit, `_` turned into `-`, everything lower-cased, and a
-/// trailing `Consumer` removed.
-///
-/// ```
-/// use ferrybus_core::message::kebab_case;
-/// assert_eq!(kebab_case("SubmitOrderConsumer"), "submit-order");
-/// assert_eq!(kebab_case("OrderAPI"), "order-api");
-/// assert_eq!(kebab_case("billing_invoice"), "billing-invoice");
-/// ```
-pub fn kebab_case(type_name: &str) -> String {
-    let name = type_name
-        .strip_suffix("Consumer")
-        .filter(|n| !n.is_empty())
-        .unwrap_or(type_name);
-    let mut out = String::with_capacity(name.len() + 4);
-    let mut previous: Option<char> = None;
-    for c in name.chars() {
-        if c.is_uppercase() && previous.is_some_and(|p| p.is_lowercase() || p.is_ascii_digit()) {
-            out.push('-');
-        }
-        if c == '_' {
-            out.push('-');
-        } else {
-            out.extend(c.to_lowercase());
-        }
-        previous = Some(c);
-    }
-    out
-}
 
 /// The last path segment of a Rust type name: `billing::InvoiceConsumer` → `InvoiceConsumer`.
 ///
@@ -85,14 +55,6 @@ pub fn consumer_id(consumer_type: &str, message_type: &str, queue: &str) -> Uuid
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn kebab_case_matches_masstransit() {
-        assert_eq!(kebab_case("SubmitOrderConsumer"), "submit-order");
-        assert_eq!(kebab_case("BillingInvoice"), "billing-invoice");
-        assert_eq!(kebab_case("Order2Shipped"), "order2-shipped");
-        assert_eq!(kebab_case("Consumer"), "consumer");
-    }
 
     #[test]
     fn short_names() {

@@ -114,6 +114,7 @@ impl MessageFactory {
         let message_type = M::message_type();
         let destination = self.host.entity_address(message_type.entity_name());
         let payload = Payload::of(message)?;
+        let options = options.correlated_by(message);
         self.build(&message_type, payload, destination, origin, options, true)
     }
 
@@ -127,6 +128,7 @@ impl MessageFactory {
     ) -> Result<OutgoingMessage, PublishError> {
         let destination = self.host.resolve(address)?;
         let payload = Payload::of(message)?;
+        let options = options.correlated_by(message);
         self.build(
             &M::message_type(),
             payload,
@@ -189,7 +191,11 @@ impl MessageFactory {
         } else {
             Vec::new()
         };
+        let raw = options.raw_json.then(|| envelope.clone());
         let mut message = Self::from_envelope(envelope, publish_bindings);
+        if let Some(envelope) = raw {
+            super::raw::into_raw_json(&mut message, &envelope);
+        }
         message.timestamp_headers = options.timestamp_headers;
         if let Some(transport) = &self.transport {
             let priority = options.priority.or(origin.priority);

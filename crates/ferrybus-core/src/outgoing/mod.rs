@@ -5,6 +5,7 @@ mod factory;
 mod message;
 mod options;
 mod publish;
+mod raw;
 
 pub use factory::{set_trace_stamp, MessageFactory, TraceStamp, TransportProperties};
 pub use message::OutgoingMessage;
