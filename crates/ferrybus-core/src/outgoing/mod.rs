@@ -5,8 +5,10 @@ mod factory;
 mod message;
 mod options;
 mod publish;
+mod schedule;
 
 pub use factory::{set_trace_stamp, MessageFactory, TraceStamp, TransportProperties};
 pub use message::OutgoingMessage;
 pub use options::{MessageOrigin, SendOptions};
 pub use publish::{MessageSink, Publish, SharedSink};
+pub use schedule::{CancelledSchedules, ScheduledMessage, DELAY_PROPERTY, SCHEDULING_TOKEN_ID};
