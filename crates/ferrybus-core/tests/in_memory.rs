@@ -831,3 +831,81 @@ async fn an_endpoint_layer_sees_every_settlement_and_a_panicking_layer_faults() 
     );
     harness.stop().await;
 }
+
+#[derive(Debug, Clone, Serialize, Deserialize, Message)]
+#[serde(rename_all = "camelCase")]
+#[message(namespace = "Bookstore.Contracts")]
+struct CheckOrder {
+    order_id: Uuid,
+    known: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Message)]
+#[serde(rename_all = "camelCase")]
+#[message(namespace = "Bookstore.Contracts")]
+struct OrderStatus {
+    order_id: Uuid,
+    status: String,
+}
+
+#[tokio::test]
+async fn the_harness_makes_requests_and_reads_their_answers_or_faults() {
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let seen = requests.clone();
+    let responder = consumer_fn(
+        "OrderStatusConsumer",
+        move |ctx: ConsumeContext<CheckOrder>| {
+            seen.lock().unwrap().push(ctx.envelope().clone());
+            async move {
+                let CheckOrder { order_id, known } = *ctx.message();
+                if !known {
+                    return Err(ConsumeError::handler(format!("no order {order_id}")));
+                }
+                let status = "shipped".to_owned();
+                ctx.respond(&OrderStatus { order_id, status }).await?;
+                Ok(())
+            }
+        },
+    );
+    let harness = TestHarness::builder()
+        .receive_endpoint("order-status", |e| e.consumer(responder))
+        .start()
+        .await
+        .unwrap();
+    let order_id = Uuid::now_v7();
+    let check = CheckOrder {
+        order_id,
+        known: true,
+    };
+    let (status, envelope) = harness
+        .get_response::<_, OrderStatus>("queue:order-status", &check)
+        .await
+        .unwrap();
+    assert_eq!(
+        (status.order_id, status.status.as_str()),
+        (order_id, "shipped")
+    );
+    let request = requests.lock().unwrap()[0].clone();
+    assert_eq!(envelope.request_id, request.request_id);
+    assert!(request.request_id.is_some());
+    assert_eq!(
+        request.headers.get("MT-Request-AcceptType"),
+        Some(&serde_json::json!([
+            "urn:message:Bookstore.Contracts:OrderStatus"
+        ]))
+    );
+
+    let unknown = CheckOrder {
+        order_id,
+        known: false,
+    };
+    let fault = harness
+        .get_response::<_, OrderStatus>("queue:order-status", &unknown)
+        .await
+        .unwrap_err();
+    assert!(
+        fault.to_string().contains(&format!("no order {order_id}")),
+        "{fault}"
+    );
+    harness.stop().await;
+}
