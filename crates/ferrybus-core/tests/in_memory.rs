@@ -909,3 +909,42 @@ async fn the_harness_makes_requests_and_reads_their_answers_or_faults() {
     );
     harness.stop().await;
 }
+
+#[tokio::test]
+async fn a_message_with_a_cancelled_scheduling_token_is_acknowledged_unconsumed() {
+    use ferrybus_core::outgoing::SCHEDULING_TOKEN_ID;
+    let consumed = Arc::new(AtomicU32::new(0));
+    let c = consumed.clone();
+    let consumer = consumer_fn(
+        "ReminderConsumer",
+        move |_ctx: ConsumeContext<InvoiceCreated>| {
+            c.fetch_add(1, Ordering::SeqCst);
+            async { Ok::<_, ConsumeError>(()) }
+        },
+    );
+    let harness = TestHarness::builder()
+        .receive_endpoint("reminders", |e| e.consumer(consumer))
+        .start()
+        .await
+        .unwrap();
+    let token = Uuid::now_v7();
+    harness.cancel_scheduled_send(token);
+    let message = InvoiceCreated {
+        order_id: Uuid::now_v7(),
+    };
+    let with_token = || SendOptions::new().header(SCHEDULING_TOKEN_ID, token.to_string());
+    let dropped = harness
+        .send_with("queue:reminders", &message, with_token())
+        .await
+        .unwrap();
+    assert_eq!(harness.settled(dropped).await.unwrap(), SettlementKind::Ack);
+    assert_eq!(consumed.load(Ordering::SeqCst), 0, "no consumer ran");
+    // A token is dropped once: the same token again is consumed.
+    let again = harness
+        .send_with("queue:reminders", &message, with_token())
+        .await
+        .unwrap();
+    harness.consumed(again).await.unwrap();
+    assert_eq!(consumed.load(Ordering::SeqCst), 1);
+    harness.stop().await;
+}
