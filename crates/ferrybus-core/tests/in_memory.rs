@@ -948,3 +948,38 @@ async fn a_message_with_a_cancelled_scheduling_token_is_acknowledged_unconsumed(
     assert_eq!(consumed.load(Ordering::SeqCst), 1);
     harness.stop().await;
 }
+
+#[test]
+fn a_scheduled_message_carries_its_delay_as_a_dotnet_timespan_property() {
+    use ferrybus_core::address::HostAddress;
+    use ferrybus_core::outgoing::{
+        MessageFactory, MessageOrigin, ScheduledMessage, DELAY_PROPERTY,
+    };
+    let factory = MessageFactory::new(HostAddress::loopback());
+    let message = || {
+        let invoice = InvoiceCreated {
+            order_id: Uuid::now_v7(),
+        };
+        factory
+            .send(
+                "queue:reminders",
+                &invoice,
+                &MessageOrigin::default(),
+                SendOptions::new(),
+            )
+            .unwrap()
+    };
+    let mut delayed = message();
+    let token = Uuid::now_v7();
+    let scheduled = ScheduledMessage::delay(&mut delayed, token, Duration::from_millis(2500));
+    assert_eq!(delayed.properties[DELAY_PROPERTY], "00:00:02.5000000");
+    assert_eq!(scheduled.token_id, token);
+    assert_eq!(scheduled.message_id, delayed.message_id);
+    assert!(scheduled.scheduled_time > chrono::Utc::now() + chrono::Duration::seconds(2));
+    let mut now = message();
+    ScheduledMessage::delay(&mut now, token, Duration::ZERO);
+    assert!(
+        !now.properties.contains_key(DELAY_PROPERTY),
+        "no delay, sent at once"
+    );
+}

@@ -106,38 +106,3 @@ impl CancelledSchedules {
         self.tokens.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::outgoing::{MessageFactory, MessageOrigin, SendOptions};
-
-    #[derive(serde::Serialize, serde::Deserialize, ferrybus_core::Message)]
-    #[message(namespace = "Shop")]
-    struct Reminder {}
-
-    fn message() -> OutgoingMessage {
-        let factory = MessageFactory::new(crate::address::HostAddress::loopback());
-        let origin = MessageOrigin::default();
-        factory
-            .send("queue:reminders", &Reminder {}, &origin, SendOptions::new())
-            .unwrap()
-    }
-
-    #[test]
-    fn the_delay_is_a_dotnet_timespan_property() {
-        let mut delayed = message();
-        let token = Uuid::now_v7();
-        let scheduled = ScheduledMessage::delay(&mut delayed, token, Duration::from_millis(2500));
-        assert_eq!(delayed.properties[DELAY_PROPERTY], "00:00:02.5000000");
-        assert_eq!(scheduled.token_id, token);
-        assert_eq!(scheduled.message_id, delayed.message_id);
-        assert!(scheduled.scheduled_time > Utc::now() + chrono::Duration::seconds(2));
-        let mut now = message();
-        ScheduledMessage::delay(&mut now, token, Duration::ZERO);
-        assert!(
-            !now.properties.contains_key(DELAY_PROPERTY),
-            "no delay, sent at once"
-        );
-    }
-}
