@@ -68,7 +68,10 @@ impl ScheduledMessage {
 /// such a token is acknowledged without running a consumer, and the token forgotten.
 ///
 /// The set lives in the process: a cancellation reaches the bus that made it, not another
-/// instance of the service, and does not outlive a restart.
+/// instance of the service, and does not outlive a restart. A token is kept until its message
+/// arrives at an endpoint of this bus: cancel only messages scheduled to this bus's own
+/// endpoints (a message scheduled to another service cannot be cancelled this way, and its
+/// token would be kept for the life of the process).
 ///
 /// ```
 /// use ferrybus_core::outgoing::CancelledSchedules;
