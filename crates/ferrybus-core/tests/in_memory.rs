@@ -983,3 +983,35 @@ fn a_scheduled_message_carries_its_delay_as_a_dotnet_timespan_property() {
         "no delay, sent at once"
     );
 }
+
+#[tokio::test]
+async fn a_scheduled_send_is_consumed_after_its_delay() {
+    let consumed = Arc::new(AtomicU32::new(0));
+    let c = consumed.clone();
+    let consumer = consumer_fn(
+        "ReminderConsumer",
+        move |_ctx: ConsumeContext<InvoiceCreated>| {
+            c.fetch_add(1, Ordering::SeqCst);
+            async { Ok::<_, ConsumeError>(()) }
+        },
+    );
+    let harness = TestHarness::builder()
+        .receive_endpoint("reminders", |e| e.consumer(consumer))
+        .start()
+        .await
+        .unwrap();
+    let delay = Duration::from_millis(300);
+    let sent = std::time::Instant::now();
+    let invoice = InvoiceCreated {
+        order_id: Uuid::now_v7(),
+    };
+    let scheduled = harness
+        .schedule_send("queue:reminders", delay, &invoice)
+        .await
+        .unwrap();
+    assert_eq!(consumed.load(Ordering::SeqCst), 0, "held back");
+    harness.consumed(scheduled.message_id).await.unwrap();
+    assert!(sent.elapsed() >= delay);
+    assert_eq!(consumed.load(Ordering::SeqCst), 1);
+    harness.stop().await;
+}
