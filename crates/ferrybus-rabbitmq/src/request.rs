@@ -496,13 +496,10 @@ impl<Req: Message> RequestClient<Req> {
 /// # #[derive(serde::Serialize, serde::Deserialize)] struct InStock { count: u32 }
 /// # impl Message for InStock { fn message_type() -> MessageType { MessageType::parse("Shop:InStock").unwrap() } }
 /// async fn consume(ctx: ConsumeContext<OrderPlaced>) -> Result<(), ConsumeError> {
-///     let client = ctx
-///         .request_client::<CheckStock>("queue:stock")
-///         .map_err(ConsumeError::handler)?;
+///     let client = ctx.request_client::<CheckStock>("queue:stock")?;
 ///     let stock = client
 ///         .get_response::<InStock>(&CheckStock { id: ctx.message().id })
-///         .await
-///         .map_err(ConsumeError::handler)?;
+///         .await?;
 ///     println!("{} in stock", stock.message.count);
 ///     Ok(())
 /// }
