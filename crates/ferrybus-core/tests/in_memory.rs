@@ -831,3 +831,187 @@ async fn an_endpoint_layer_sees_every_settlement_and_a_panicking_layer_faults() 
     );
     harness.stop().await;
 }
+
+#[derive(Debug, Clone, Serialize, Deserialize, Message)]
+#[serde(rename_all = "camelCase")]
+#[message(namespace = "Bookstore.Contracts")]
+struct CheckOrder {
+    order_id: Uuid,
+    known: bool,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Message)]
+#[serde(rename_all = "camelCase")]
+#[message(namespace = "Bookstore.Contracts")]
+struct OrderStatus {
+    order_id: Uuid,
+    status: String,
+}
+
+#[tokio::test]
+async fn the_harness_makes_requests_and_reads_their_answers_or_faults() {
+    let requests = Arc::new(Mutex::new(Vec::new()));
+    let seen = requests.clone();
+    let responder = consumer_fn(
+        "OrderStatusConsumer",
+        move |ctx: ConsumeContext<CheckOrder>| {
+            seen.lock().unwrap().push(ctx.envelope().clone());
+            async move {
+                let CheckOrder { order_id, known } = *ctx.message();
+                if !known {
+                    return Err(ConsumeError::handler(format!("no order {order_id}")));
+                }
+                let status = "shipped".to_owned();
+                ctx.respond(&OrderStatus { order_id, status }).await?;
+                Ok(())
+            }
+        },
+    );
+    let harness = TestHarness::builder()
+        .receive_endpoint("order-status", |e| e.consumer(responder))
+        .start()
+        .await
+        .unwrap();
+    let order_id = Uuid::now_v7();
+    let check = CheckOrder {
+        order_id,
+        known: true,
+    };
+    let (status, envelope) = harness
+        .get_response::<_, OrderStatus>("queue:order-status", &check)
+        .await
+        .unwrap();
+    assert_eq!(
+        (status.order_id, status.status.as_str()),
+        (order_id, "shipped")
+    );
+    let request = requests.lock().unwrap()[0].clone();
+    assert_eq!(envelope.request_id, request.request_id);
+    assert!(request.request_id.is_some());
+    assert_eq!(
+        request.headers.get("MT-Request-AcceptType"),
+        Some(&serde_json::json!([
+            "urn:message:Bookstore.Contracts:OrderStatus"
+        ]))
+    );
+
+    let unknown = CheckOrder {
+        order_id,
+        known: false,
+    };
+    let fault = harness
+        .get_response::<_, OrderStatus>("queue:order-status", &unknown)
+        .await
+        .unwrap_err();
+    assert!(
+        fault.to_string().contains(&format!("no order {order_id}")),
+        "{fault}"
+    );
+    harness.stop().await;
+}
+
+#[tokio::test]
+async fn a_message_with_a_cancelled_scheduling_token_is_acknowledged_unconsumed() {
+    use ferrybus_core::outgoing::SCHEDULING_TOKEN_ID;
+    let consumed = Arc::new(AtomicU32::new(0));
+    let c = consumed.clone();
+    let consumer = consumer_fn(
+        "ReminderConsumer",
+        move |_ctx: ConsumeContext<InvoiceCreated>| {
+            c.fetch_add(1, Ordering::SeqCst);
+            async { Ok::<_, ConsumeError>(()) }
+        },
+    );
+    let harness = TestHarness::builder()
+        .receive_endpoint("reminders", |e| e.consumer(consumer))
+        .start()
+        .await
+        .unwrap();
+    let token = Uuid::now_v7();
+    harness.cancel_scheduled_send(token);
+    let message = InvoiceCreated {
+        order_id: Uuid::now_v7(),
+    };
+    let with_token = || SendOptions::new().header(SCHEDULING_TOKEN_ID, token.to_string());
+    let dropped = harness
+        .send_with("queue:reminders", &message, with_token())
+        .await
+        .unwrap();
+    assert_eq!(harness.settled(dropped).await.unwrap(), SettlementKind::Ack);
+    assert_eq!(consumed.load(Ordering::SeqCst), 0, "no consumer ran");
+    // A token is dropped once: the same token again is consumed.
+    let again = harness
+        .send_with("queue:reminders", &message, with_token())
+        .await
+        .unwrap();
+    harness.consumed(again).await.unwrap();
+    assert_eq!(consumed.load(Ordering::SeqCst), 1);
+    harness.stop().await;
+}
+
+#[test]
+fn a_scheduled_message_carries_its_delay_as_a_dotnet_timespan_property() {
+    use ferrybus_core::address::HostAddress;
+    use ferrybus_core::outgoing::{
+        MessageFactory, MessageOrigin, ScheduledMessage, DELAY_PROPERTY,
+    };
+    let factory = MessageFactory::new(HostAddress::loopback());
+    let message = || {
+        let invoice = InvoiceCreated {
+            order_id: Uuid::now_v7(),
+        };
+        factory
+            .send(
+                "queue:reminders",
+                &invoice,
+                &MessageOrigin::default(),
+                SendOptions::new(),
+            )
+            .unwrap()
+    };
+    let mut delayed = message();
+    let token = Uuid::now_v7();
+    let scheduled = ScheduledMessage::delay(&mut delayed, token, Duration::from_millis(2500));
+    assert_eq!(delayed.properties[DELAY_PROPERTY], "00:00:02.5000000");
+    assert_eq!(scheduled.token_id, token);
+    assert_eq!(scheduled.message_id, delayed.message_id);
+    assert!(scheduled.scheduled_time > chrono::Utc::now() + chrono::Duration::seconds(2));
+    let mut now = message();
+    ScheduledMessage::delay(&mut now, token, Duration::ZERO);
+    assert!(
+        !now.properties.contains_key(DELAY_PROPERTY),
+        "no delay, sent at once"
+    );
+}
+
+#[tokio::test]
+async fn a_scheduled_send_is_consumed_after_its_delay() {
+    let consumed = Arc::new(AtomicU32::new(0));
+    let c = consumed.clone();
+    let consumer = consumer_fn(
+        "ReminderConsumer",
+        move |_ctx: ConsumeContext<InvoiceCreated>| {
+            c.fetch_add(1, Ordering::SeqCst);
+            async { Ok::<_, ConsumeError>(()) }
+        },
+    );
+    let harness = TestHarness::builder()
+        .receive_endpoint("reminders", |e| e.consumer(consumer))
+        .start()
+        .await
+        .unwrap();
+    let delay = Duration::from_millis(300);
+    let sent = std::time::Instant::now();
+    let invoice = InvoiceCreated {
+        order_id: Uuid::now_v7(),
+    };
+    let scheduled = harness
+        .schedule_send("queue:reminders", delay, &invoice)
+        .await
+        .unwrap();
+    assert_eq!(consumed.load(Ordering::SeqCst), 0, "held back");
+    harness.consumed(scheduled.message_id).await.unwrap();
+    assert!(sent.elapsed() >= delay);
+    assert_eq!(consumed.load(Ordering::SeqCst), 1);
+    harness.stop().await;
+}

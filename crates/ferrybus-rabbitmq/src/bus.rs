@@ -6,7 +6,9 @@ mod builder;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::request::BusHandle;
 use ferrybus_core::address::HostAddress;
+use ferrybus_core::consume::{BoxConsumeLayer, ConsumeRequest};
 use ferrybus_core::outgoing::MessageFactory;
 use ferrybus_core::outgoing::MessageOrigin;
 use ferrybus_core::outgoing::MessageSink;
@@ -261,6 +263,7 @@ impl RabbitMqBus {
             pipeline_cancel.clone(),
         );
         context.delivery_limit = queue.kept_delivery_limit();
+        context.consumer_layers.push(self.handle_layer());
         let service = endpoint.build(context);
         let connector = inner.connector.clone();
         service.control().set_probe(Dependency::Broker, move || {
@@ -284,6 +287,18 @@ impl RabbitMqBus {
             stop: inner.stop.clone(),
             shutdown: inner.shutdown.clone(),
         }
+    }
+
+    /// The consumer layer handing this bus to consumers, for their request clients
+    /// ([`ConsumeContextRequestExt`](crate::ConsumeContextRequestExt)).
+    fn handle_layer(&self) -> BoxConsumeLayer {
+        let handle = BusHandle(Arc::downgrade(&self.inner));
+        BoxConsumeLayer::new(tower::util::MapRequestLayer::new(
+            move |mut request: ConsumeRequest| {
+                request.extensions_mut().insert(handle.clone());
+                request
+            },
+        ))
     }
 
     fn controls(&self) -> std::sync::MutexGuard<'_, Vec<(String, EndpointControl)>> {

@@ -99,5 +99,5 @@ pub use queue::{
     ErrorQueueArguments, QueueEndpointExt, QueueOptions, QueueType, DEFAULT_CONSUMER_TIMEOUT,
     DEFAULT_QUORUM_DELIVERY_LIMIT, MESSAGE_DROPPING_ARGUMENTS,
 };
-pub use request::{RequestClient, Response};
+pub use request::{ConsumeContextRequestExt, EitherResponse, RequestClient, Response};
 pub use settings::HostSettings;

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use crate::properties::DIRECT_REPLY_TO;
 use ferrybus_core::integration::OutgoingMessage;
-use ferrybus_core::{Envelope, Message, Publish, SendOptions};
+use ferrybus_core::outgoing::MessageOrigin;
+use ferrybus_core::{ConsumeContext, Envelope, Message, Publish, SendOptions};
 use futures::StreamExt;
 use lapin::options::BasicConsumeOptions;
 use lapin::types::FieldTable;
@@ -245,7 +246,22 @@ pub struct Response<T> {
     pub envelope: Envelope,
 }
 
+/// The answer to a request that accepts two response types
+/// ([`RequestClient::get_either_response`]; MassTransit's `Response<T1, T2>`): the responder's
+/// message type decides which.
+#[derive(Debug)]
+pub enum EitherResponse<A, B> {
+    /// The first response type answered (`T1`, e.g. the accepted case).
+    First(Response<A>),
+    /// The second response type answered (`T2`, e.g. the rejected case).
+    Second(Response<B>),
+}
+
 /// Sends requests of type `Req` and waits for responses, like MassTransit's `IRequestClient<T>`.
+///
+/// The timeout bounds the whole request: reaching the broker, sending (the publisher confirm
+/// included) and waiting for the answer; past it the request fails with
+/// [`ErrorKind::Timeout`]. It is also the request's time to live.
 ///
 /// ```no_run
 /// # use ferrybus_core::{Message, MessageType};
@@ -264,6 +280,8 @@ pub struct RequestClient<Req> {
     address: Option<String>,
     timeout: Duration,
     direct_reply_to: bool,
+    /// What a request made inside a consumer inherits from the consumed message.
+    origin: Option<MessageOrigin>,
     _request: PhantomData<fn(Req)>,
 }
 
@@ -273,7 +291,7 @@ impl<Req> std::fmt::Debug for RequestClient<Req> {
             .field("address", &self.address)
             .field("timeout", &self.timeout)
             .field("direct_reply_to", &self.direct_reply_to)
-            .finish()
+            .finish_non_exhaustive()
     }
 }
 
@@ -285,6 +303,7 @@ impl RabbitMqBus {
             address: Some(address.to_owned()),
             timeout: Duration::from_secs(30),
             direct_reply_to: false,
+            origin: None,
             _request: PhantomData,
         }
     }
@@ -350,9 +369,64 @@ impl<Req: Message> RequestClient<Req> {
     /// Sends `request` and waits for a `Res`. A `Fault<Req>` answer is an [`ErrorKind::Fault`]
     /// error; no answer within the timeout is an [`ErrorKind::Timeout`] error.
     pub async fn get_response<Res: Message>(&self, request: &Req) -> Result<Response<Res>> {
-        let responses = self.bus.responses().await?;
+        let envelope = self.request(request, &[Res::message_type().urn()]).await?;
+        if envelope.has_message_type(Res::message_type().urn()) {
+            return read(envelope);
+        }
+        Err(not_a_response::<Req>(&envelope))
+    }
+
+    /// Sends `request` and waits for an `A` or a `B`, as MassTransit's
+    /// `GetResponse<T1, T2>` (`src/MassTransit/Clients/RequestClient.cs`): both are accepted
+    /// (`MT-Request-AcceptType` lists them in that order) and the responder's message type decides
+    /// which comes back. A `Fault<Req>` answer is an [`ErrorKind::Fault`] error.
+    ///
+    /// ```no_run
+    /// use ferrybus_rabbitmq::EitherResponse;
+    /// # use ferrybus_core::{Message, MessageType};
+    /// # #[derive(serde::Serialize, serde::Deserialize)] struct CheckOrder { id: u32 }
+    /// # impl Message for CheckOrder { fn message_type() -> MessageType { MessageType::parse("Shop:CheckOrder").unwrap() } }
+    /// # #[derive(serde::Serialize, serde::Deserialize)] struct OrderFound { status: String }
+    /// # impl Message for OrderFound { fn message_type() -> MessageType { MessageType::parse("Shop:OrderFound").unwrap() } }
+    /// # #[derive(serde::Serialize, serde::Deserialize)] struct OrderNotFound { id: u32 }
+    /// # impl Message for OrderNotFound { fn message_type() -> MessageType { MessageType::parse("Shop:OrderNotFound").unwrap() } }
+    /// # async fn run(bus: ferrybus_rabbitmq::RabbitMqBus) -> Result<(), ferrybus_rabbitmq::RabbitMqError> {
+    /// let client = bus.request_client::<CheckOrder>("queue:order-status");
+    /// match client.get_either_response::<OrderFound, OrderNotFound>(&CheckOrder { id: 7 }).await? {
+    ///     EitherResponse::First(found) => println!("{}", found.message.status),
+    ///     EitherResponse::Second(missing) => println!("no order {}", missing.message.id),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn get_either_response<A: Message, B: Message>(
+        &self,
+        request: &Req,
+    ) -> Result<EitherResponse<A, B>> {
+        let (a, b) = (A::message_type(), B::message_type());
+        let envelope = self.request(request, &[a.urn(), b.urn()]).await?;
+        if envelope.has_message_type(a.urn()) {
+            return read(envelope).map(EitherResponse::First);
+        }
+        if envelope.has_message_type(b.urn()) {
+            return read(envelope).map(EitherResponse::Second);
+        }
+        Err(not_a_response::<Req>(&envelope))
+    }
+
+    /// Sends `request` accepting `accept`, and waits for its answer, all within the timeout.
+    async fn request(&self, request: &Req, accept: &[&str]) -> Result<Envelope> {
         let request_id = Uuid::now_v7();
-        let accept = serde_json::json!([Res::message_type().urn()]);
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        let timed_out = |what: &str| {
+            let timeout = self.timeout;
+            RabbitMqError::new(
+                ErrorKind::Timeout,
+                format!("request {request_id}: {what} within {timeout:?}"),
+            )
+        };
+        let responses = tokio::time::timeout_at(deadline, self.bus.responses())
+            .await
+            .map_err(|_| timed_out("the response endpoint not ready"))??;
         let response_address = if self.direct_reply_to {
             self.bus.host().entity_address(DIRECT_REPLY_TO)
         } else {
@@ -362,46 +436,36 @@ impl<Req: Message> RequestClient<Req> {
             .request_id(request_id)
             .response_address(response_address)
             .time_to_live(self.timeout)
-            .header("MT-Request-AcceptType", accept);
+            .header("MT-Request-AcceptType", serde_json::json!(accept));
         let mut waiting = responses.register(request_id);
-        self.send(&responses, request, options).await?;
-        let envelope = match tokio::time::timeout(self.timeout, &mut waiting.response).await {
-            Ok(Ok(envelope)) => envelope,
-            Ok(Err(_)) => return Err(RabbitMqError::new(ErrorKind::Stopped, "the bus stopped")),
-            Err(_) => {
-                return Err(RabbitMqError::new(
-                    ErrorKind::Timeout,
-                    format!(
-                        "no response to request {request_id} within {:?}",
-                        self.timeout
-                    ),
-                ));
-            }
-        };
-        read_response::<Req, Res>(envelope)
+        tokio::time::timeout_at(deadline, self.send(&responses, request, options))
+            .await
+            .map_err(|_| timed_out("not sent"))??;
+        match tokio::time::timeout_at(deadline, &mut waiting.response).await {
+            Ok(Ok(envelope)) => Ok(envelope),
+            Ok(Err(_)) => Err(RabbitMqError::new(ErrorKind::Stopped, "the bus stopped")),
+            Err(_) => Err(timed_out("no response")),
+        }
     }
-}
 
-impl<Req: Message> RequestClient<Req> {
     async fn send(
         &self,
         responses: &ResponseEndpoint,
         request: &Req,
         options: SendOptions,
     ) -> Result<()> {
-        if !self.direct_reply_to {
-            return match &self.address {
-                Some(address) => self.bus.send_with(address, request, options).await,
-                None => self.bus.publish_with(request, options).await,
-            }
-            .map(drop)
-            .map_err(Into::into);
-        }
-        let (factory, origin) = (self.bus.message_factory(), self.bus.message_origin());
+        let factory = self.bus.message_factory();
+        let origin = self
+            .origin
+            .as_ref()
+            .unwrap_or_else(|| self.bus.message_origin());
         let mut message = match &self.address {
             Some(address) => factory.send(address, request, origin, options),
             None => factory.publish(request, origin, options),
         }?;
+        if !self.direct_reply_to {
+            return Ok(self.bus.deliver(message).await?);
+        }
         message
             .properties
             .insert("RMQ-ReplyTo".into(), DIRECT_REPLY_TO.into());
@@ -411,21 +475,92 @@ impl<Req: Message> RequestClient<Req> {
     }
 }
 
-fn read_response<Req: Message, Res: Message>(envelope: Envelope) -> Result<Response<Res>> {
-    if envelope.has_message_type(Res::message_type().urn()) {
-        let message = envelope.message.bind().map_err(|e| {
-            RabbitMqError::with_source(ErrorKind::Serialization, "reading the response", e)
-        })?;
-        return Ok(Response { message, envelope });
+/// Makes request clients inside a consumer (MassTransit's request client created with the
+/// consume context, `src/MassTransit/Clients/RequestSendEndpoint.cs` and
+/// `ConsumeSendPipeAdapter.cs`): the request continues the consumed message's conversation,
+/// its initiator is the consumed message's correlation id (else its request id), its source
+/// address is the consumer's endpoint, and its non-`MT-` headers are carried over. As in
+/// MassTransit, the request goes straight to the broker, not through the consumer outbox
+/// (a request held until the consumer returns could never be answered in time).
+///
+/// Works on the endpoints of a [`RabbitMqBus`]; elsewhere it fails with [`ErrorKind::Config`].
+///
+/// ```no_run
+/// use ferrybus_core::{ConsumeContext, ConsumeError};
+/// use ferrybus_rabbitmq::ConsumeContextRequestExt;
+/// # use ferrybus_core::{Message, MessageType};
+/// # #[derive(serde::Serialize, serde::Deserialize)] struct OrderPlaced { id: u32 }
+/// # impl Message for OrderPlaced { fn message_type() -> MessageType { MessageType::parse("Shop:OrderPlaced").unwrap() } }
+/// # #[derive(serde::Serialize, serde::Deserialize)] struct CheckStock { id: u32 }
+/// # impl Message for CheckStock { fn message_type() -> MessageType { MessageType::parse("Shop:CheckStock").unwrap() } }
+/// # #[derive(serde::Serialize, serde::Deserialize)] struct InStock { count: u32 }
+/// # impl Message for InStock { fn message_type() -> MessageType { MessageType::parse("Shop:InStock").unwrap() } }
+/// async fn consume(ctx: ConsumeContext<OrderPlaced>) -> Result<(), ConsumeError> {
+///     let client = ctx.request_client::<CheckStock>("queue:stock")?;
+///     let stock = client
+///         .get_response::<InStock>(&CheckStock { id: ctx.message().id })
+///         .await?;
+///     println!("{} in stock", stock.message.count);
+///     Ok(())
+/// }
+/// ```
+pub trait ConsumeContextRequestExt {
+    /// A client sending `Req` requests to `address` on this consumer's bus, carrying this
+    /// consume context, with a 30 s timeout.
+    fn request_client<Req: Message>(&self, address: &str) -> Result<RequestClient<Req>>;
+}
+
+impl<M: Message> ConsumeContextRequestExt for ConsumeContext<M> {
+    fn request_client<Req: Message>(&self, address: &str) -> Result<RequestClient<Req>> {
+        let bus = self
+            .extensions()
+            .get::<BusHandle>()
+            .and_then(BusHandle::bus)
+            .ok_or_else(|| {
+                RabbitMqError::new(
+                    ErrorKind::Config,
+                    "request_client: this consumer does not run on a RabbitMQ bus (or it stopped)",
+                )
+            })?;
+        let origin = MessageOrigin {
+            reply_to: None,
+            ..Publish::message_origin(self).clone()
+        };
+        Ok(RequestClient {
+            origin: Some(origin),
+            ..bus.request_client::<Req>(address)
+        })
     }
+}
+
+/// The bus, as its endpoints hand it to their consumers (weakly: a running delivery does not
+/// keep a dropped bus alive).
+#[derive(Clone)]
+pub(crate) struct BusHandle(pub(crate) std::sync::Weak<crate::bus::Inner>);
+
+impl BusHandle {
+    fn bus(&self) -> Option<RabbitMqBus> {
+        self.0.upgrade().map(|inner| RabbitMqBus { inner })
+    }
+}
+
+fn read<T: Message>(envelope: Envelope) -> Result<Response<T>> {
+    let message = envelope.message.bind().map_err(|e| {
+        RabbitMqError::with_source(ErrorKind::Serialization, "reading the response", e)
+    })?;
+    Ok(Response { message, envelope })
+}
+
+/// The error for an answer that is none of the accepted types: a `Fault<Req>`, or unexpected.
+fn not_a_response<Req: Message>(envelope: &Envelope) -> RabbitMqError {
     if envelope.has_message_type(Req::message_type().fault().urn()) {
         let text = envelope.message["exceptions"][0]["message"]
             .as_str()
             .unwrap_or("the request faulted");
-        return Err(RabbitMqError::new(ErrorKind::Fault, text.to_owned()));
+        return RabbitMqError::new(ErrorKind::Fault, text.to_owned());
     }
-    Err(RabbitMqError::new(
+    RabbitMqError::new(
         ErrorKind::Serialization,
         format!("unexpected response type {:?}", envelope.message_type),
-    ))
+    )
 }

@@ -87,12 +87,13 @@ mod schedule;
 mod state;
 
 pub use event::{Correlated, Event, MissingInstance};
+pub use ferrybus_core::outgoing::SCHEDULING_TOKEN_ID;
 pub use machine::{
     BehaviorContext, EventBinder, FinallyBinder, SagaContext, SagaEndpointExt, StateBinder,
     StateMachine, UnhandledEvent,
 };
 pub use repository::{InMemorySagaRepository, SagaChange, SagaRepository, SaveOutcome, StoredSaga};
-pub use schedule::{Schedule, SCHEDULING_TOKEN_ID};
+pub use schedule::Schedule;
 pub use state::{SagaStates, State};
 
 /// What kind of saga failure a [`SagaError`] is.

@@ -12,7 +12,7 @@ use uuid::Uuid;
 use crate::event::Event;
 use crate::repository::SagaRepository;
 use crate::run::SagaConsumer;
-use crate::schedule::{Schedule, TokenFn, SCHEDULING_TOKEN_ID};
+use crate::schedule::{Schedule, TokenFn};
 use crate::state::{SagaStates, State};
 use ferrybus_core::consume::ConsumeRequest;
 use ferrybus_core::endpoint::EndpointConfig;
@@ -21,6 +21,7 @@ use ferrybus_core::envelope::Envelope;
 use ferrybus_core::error::ConsumeError;
 use ferrybus_core::message::Message;
 use ferrybus_core::outgoing::{MessageOrigin, OutgoingMessage, SendOptions};
+use ferrybus_core::outgoing::{ScheduledMessage, SCHEDULING_TOKEN_ID};
 use ferrybus_core::PublishError;
 
 /// What happens to an event the instance's current state does not handle (MassTransit's
@@ -846,11 +847,7 @@ impl<'a, T, S: SagaStates> SagaContext<'a, T, S> {
             .request
             .factory()
             .send(&address, message, &self.origin, options)?;
-        // The transport property MassTransit's outbox rows carry for a delayed send.
-        built.properties.insert(
-            "Delay".into(),
-            serde_json::Value::String(ferrybus_core::dotnet::timespan::format_timespan(delay)),
-        );
+        ScheduledMessage::delay(&mut built, id, delay);
         *token(&mut self.instance) = Some(id);
         Ok(self.keep(built))
     }

@@ -9,13 +9,13 @@ use crate::machine::{
     bindings_for, BehaviorContext, Binding, SagaContext, StateMachine, UnhandledEvent,
 };
 use crate::repository::{SagaChange, SagaRepository, SaveOutcome};
-use crate::schedule::SCHEDULING_TOKEN_ID;
 use crate::state::{SagaStates, State};
 use crate::{SagaError, SagaErrorKind};
 use ferrybus_core::consume::{ConsumeContext, Consumer};
 use ferrybus_core::error::ConsumeError;
 use ferrybus_core::message::Message;
 use ferrybus_core::outgoing::Publish;
+use ferrybus_core::outgoing::SCHEDULING_TOKEN_ID;
 
 /// The consumer of one event type of a machine.
 pub(crate) struct SagaConsumer<T, S, M> {

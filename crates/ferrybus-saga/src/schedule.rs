@@ -8,10 +8,6 @@ use uuid::Uuid;
 
 use crate::event::Event;
 
-/// The header carrying a scheduled message's token (MassTransit's
-/// `MessageHeaders.SchedulingTokenId`).
-pub const SCHEDULING_TOKEN_ID: &str = "MT-Scheduling-TokenId";
-
 pub(crate) type TokenFn<T> = Arc<dyn Fn(&mut T) -> &mut Option<Uuid> + Send + Sync>;
 
 /// A schedule of a state machine (MassTransit's `Schedule<TInstance, TMessage>`, declared with

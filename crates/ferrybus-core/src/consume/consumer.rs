@@ -16,7 +16,10 @@ use crate::error::ConsumeError;
 use crate::error::PublishError;
 use crate::message::{dotted_type_name, Message};
 use crate::outgoing::Publish;
-use crate::outgoing::{MessageFactory, MessageOrigin, OutgoingMessage, SendOptions};
+use crate::outgoing::{
+    MessageFactory, MessageOrigin, OutgoingMessage, ScheduledMessage, SendOptions,
+    SCHEDULING_TOKEN_ID,
+};
 
 /// Handles messages of type `M`, like MassTransit's `IConsumer<T>`.
 ///
@@ -270,6 +273,64 @@ impl<M: Message> ConsumeContext<M> {
             Some(address) => self.send_with(&address, message, options).await,
             None => self.publish_with(message, options).await,
         }
+    }
+}
+
+impl<M: Message> ConsumeContext<M> {
+    /// Sends `message` to `address` after `delay` ([`Publish::schedule_send`]; behind the inbox,
+    /// through the consumer outbox).
+    pub async fn schedule_send<T: Message>(
+        &self,
+        address: &str,
+        delay: Duration,
+        message: &T,
+    ) -> Result<ScheduledMessage, PublishError> {
+        Publish::schedule_send(self, address, delay, message).await
+    }
+
+    /// Publishes `message` after `delay` ([`Publish::schedule_publish`]).
+    pub async fn schedule_publish<T: Message>(
+        &self,
+        delay: Duration,
+        message: &T,
+    ) -> Result<ScheduledMessage, PublishError> {
+        Publish::schedule_publish(self, delay, message).await
+    }
+
+    /// Cancels a scheduled message ([`Publish::cancel_scheduled_send`]).
+    pub fn cancel_scheduled_send(&self, token_id: Uuid) {
+        Publish::cancel_scheduled_send(self, token_id);
+    }
+
+    /// Delivers this message to this endpoint again after `delay`, as MassTransit's
+    /// `context.Redeliver(delay)` (`src/MassTransit/RedeliverExtensions.cs`,
+    /// `ScheduleMessageRedeliveryContext.cs`, `CopyContextPipe.cs`): a scheduled send of the
+    /// received envelope (ids, addresses and headers copied) to the input address, with a new
+    /// message id, `MT-OriginalMessageId` (the first id) and `MT-Redelivery-Count` one more than
+    /// [`redelivery_count`](Self::redelivery_count). Return `Ok` afterwards: this delivery is
+    /// consumed. The copy goes where this context's sends go (behind the inbox, the consumer
+    /// outbox, where the inbox, keyed by the original id, takes it for a duplicate once this
+    /// delivery is consumed).
+    pub async fn redeliver(&self, delay: Duration) -> Result<ScheduledMessage, PublishError> {
+        let received = self.request.received();
+        let mut envelope = received.envelope.clone();
+        let token = Uuid::now_v7();
+        let original = received.original_message_id();
+        let headers = &mut envelope.headers;
+        headers.remove("MT-Redelivery-Count");
+        headers.remove(SCHEDULING_TOKEN_ID);
+        if let Some(original) = original {
+            headers.insert("MT-OriginalMessageId", original.to_string());
+        }
+        headers.insert("MT-Redelivery-Count", received.redelivery_count() + 1);
+        headers.insert(SCHEDULING_TOKEN_ID, token.to_string());
+        envelope.message_id = Some(Uuid::now_v7());
+        envelope.destination_address = Some(received.input_address.clone());
+        envelope.sent_time = Some(Utc::now());
+        let mut message = MessageFactory::from_envelope(envelope, Vec::new());
+        let scheduled = ScheduledMessage::delay(&mut message, token, delay);
+        self.deliver(message).await?;
+        Ok(scheduled)
     }
 }
 

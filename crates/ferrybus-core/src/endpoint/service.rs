@@ -115,6 +115,15 @@ impl Inner {
                 return settlement;
             }
         }
+        if self
+            .decider
+            .factory
+            .cancelled_schedules()
+            .take_from(&received.envelope.headers)
+        {
+            tracing::debug!(target: "ferrybus", message_id = ?received.envelope.message_id, "scheduled message cancelled: acknowledged unconsumed");
+            return Settlement::Ack;
+        }
         let received = Arc::new(received);
         let matching: Vec<&Registered> = self
             .consumers

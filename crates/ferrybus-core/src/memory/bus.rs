@@ -20,7 +20,7 @@ use crate::endpoint::{
 use crate::envelope::Headers;
 use crate::error::BoxError;
 use crate::error::PublishError;
-use crate::outgoing::{MessageFactory, MessageOrigin, OutgoingMessage};
+use crate::outgoing::{MessageFactory, MessageOrigin, OutgoingMessage, DELAY_PROPERTY};
 use crate::outgoing::{MessageSink, Publish};
 use crate::storage::{Background, Storage};
 
@@ -104,10 +104,31 @@ impl MessageSink for InMemorySink {
             self.broker.declare_exchange(base);
             self.broker.bind_exchange(&destination.name, base);
         }
-        self.broker.publish(&destination.name, stored(&message));
+        match delay_of(&message) {
+            // A scheduled message waits in the process, as it would wait in the broker.
+            Some(delay) => {
+                let (broker, exchange) = (self.broker.clone(), destination.name.clone());
+                let stored = stored(&message);
+                tokio::spawn(async move {
+                    tokio::time::sleep(delay).await;
+                    broker.publish(&exchange, stored);
+                });
+            }
+            None => {
+                self.broker.publish(&destination.name, stored(&message));
+            }
+        }
         self.events.push(BusEvent::Sent(Box::new(message)));
         Ok(())
     }
+}
+
+/// The `Delay` transport property of a scheduled message, when there is one.
+fn delay_of(message: &OutgoingMessage) -> Option<std::time::Duration> {
+    let text = message.properties.get(DELAY_PROPERTY)?.as_str()?;
+    ferrybus_dotnet::timespan::parse_timespan(text)
+        .ok()
+        .filter(|d| !d.is_zero())
 }
 
 fn stored(message: &OutgoingMessage) -> StoredMessage {

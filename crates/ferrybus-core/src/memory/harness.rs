@@ -14,7 +14,7 @@ use crate::error::BoxError;
 use crate::error::PublishError;
 use crate::message::Message;
 use crate::outgoing::Publish;
-use crate::outgoing::{MessageFactory, MessageOrigin, OutgoingMessage};
+use crate::outgoing::{MessageFactory, MessageOrigin, OutgoingMessage, SendOptions};
 use crate::storage::Storage;
 
 /// Waiting took longer than the harness timeout.
@@ -201,6 +201,69 @@ impl TestHarness {
                 _ => None,
             })
             .collect()
+    }
+
+    /// Sends `request` to `address` as a request client does (`requestId`, `responseAddress` =
+    /// the harness's bus, `MT-Request-AcceptType` = `Res`, time to live = the harness timeout)
+    /// and waits for the answer: the `Res` and its envelope, or an error for a `Fault<Req>`
+    /// (its exception message), a response that does not bind, or no answer in time
+    /// ([`HarnessTimeout`]).
+    ///
+    /// ```
+    /// use ferrybus_core::memory::TestHarness;
+    /// use ferrybus_core::{consumer_fn, ConsumeContext, ConsumeError};
+    /// # use serde::{Deserialize, Serialize};
+    /// #[derive(Serialize, Deserialize, ferrybus_core::Message)]
+    /// #[message(namespace = "Shop")]
+    /// struct CheckStock { sku: String }
+    /// #[derive(Serialize, Deserialize, ferrybus_core::Message)]
+    /// #[message(namespace = "Shop")]
+    /// struct InStock { count: u32 }
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let harness = TestHarness::builder()
+    ///     .receive_endpoint("stock", |e| {
+    ///         e.consumer(consumer_fn("StockConsumer", |ctx: ConsumeContext<CheckStock>| async move {
+    ///             ctx.respond(&InStock { count: 3 }).await?;
+    ///             Ok::<_, ConsumeError>(())
+    ///         }))
+    ///     })
+    ///     .start()
+    ///     .await
+    ///     .unwrap();
+    /// let check = CheckStock { sku: "B-1".into() };
+    /// let (stock, _envelope) = harness.get_response::<_, InStock>("queue:stock", &check).await.unwrap();
+    /// assert_eq!(stock.count, 3);
+    /// harness.stop().await;
+    /// # });
+    /// ```
+    pub async fn get_response<Req: Message, Res: Message>(
+        &self,
+        address: &str,
+        request: &Req,
+    ) -> Result<(Res, Envelope), BoxError> {
+        let request_id = Uuid::now_v7();
+        let (accept, fault) = (Res::message_type(), Req::message_type().fault());
+        let options = SendOptions::new()
+            .request_id(request_id)
+            .response_address(self.message_factory().host().entity_address("bus"))
+            .time_to_live(self.timeout)
+            .header("MT-Request-AcceptType", serde_json::json!([accept.urn()]));
+        self.send_with(address, request, options).await?;
+        let answers = |e: &BusEvent| {
+            matches!(e, BusEvent::Sent(m) if m.request_id == Some(request_id)
+                && (is_type(m, accept.urn()) || is_type(m, fault.urn())))
+        };
+        let what = format!("a response to request {request_id}");
+        let BusEvent::Sent(answer) = self.wait_for(&what, answers).await? else {
+            unreachable!("the predicate matched a sent message")
+        };
+        let envelope = Envelope::from_slice(&answer.body)?;
+        if is_type(&answer, fault.urn()) {
+            let text = envelope.message["exceptions"][0]["message"].as_str();
+            return Err(format!("request {request_id} faulted: {}", text.unwrap_or("")).into());
+        }
+        Ok((envelope.message.bind()?, envelope))
     }
 
     /// Every event so far.

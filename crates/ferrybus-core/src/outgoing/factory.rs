@@ -10,6 +10,7 @@ use uuid::Uuid;
 
 use super::message::OutgoingMessage;
 use super::options::{MessageOrigin, SendOptions};
+use super::schedule::CancelledSchedules;
 use crate::address::HostAddress;
 use crate::envelope::{Envelope, Headers, HostInfo, Payload, ENVELOPE_CONTENT_TYPE};
 use crate::error::PublishError;
@@ -81,6 +82,7 @@ pub trait TransportProperties: std::fmt::Debug + Send + Sync + 'static {
 pub struct MessageFactory {
     host: HostAddress,
     transport: Option<Arc<dyn TransportProperties>>,
+    cancelled: Arc<CancelledSchedules>,
 }
 
 impl MessageFactory {
@@ -89,6 +91,7 @@ impl MessageFactory {
         Self {
             host,
             transport: None,
+            cancelled: Arc::default(),
         }
     }
 
@@ -102,6 +105,12 @@ impl MessageFactory {
     /// The host address.
     pub fn host(&self) -> &HostAddress {
         &self.host
+    }
+
+    /// The scheduling tokens cancelled on this factory's bus (its clones share them), which its
+    /// endpoints check on arrival.
+    pub fn cancelled_schedules(&self) -> &CancelledSchedules {
+        &self.cancelled
     }
 
     /// A publish of `message`: to the exchange of its type, with every base type advertised.

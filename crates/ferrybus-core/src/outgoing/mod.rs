@@ -6,8 +6,10 @@ mod message;
 mod options;
 mod publish;
 mod raw;
+mod schedule;
 
 pub use factory::{set_trace_stamp, MessageFactory, TraceStamp, TransportProperties};
 pub use message::OutgoingMessage;
 pub use options::{MessageOrigin, SendOptions};
 pub use publish::{MessageSink, Publish, SharedSink};
+pub use schedule::{CancelledSchedules, ScheduledMessage, DELAY_PROPERTY, SCHEDULING_TOKEN_ID};

@@ -19,6 +19,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use uuid::Uuid;
@@ -26,6 +27,7 @@ use uuid::Uuid;
 use super::factory::MessageFactory;
 use super::message::OutgoingMessage;
 use super::options::{MessageOrigin, SendOptions};
+use super::schedule::{ScheduledMessage, SCHEDULING_TOKEN_ID};
 use crate::error::PublishError;
 use crate::message::Message;
 
@@ -118,6 +120,72 @@ pub trait Publish: Send + Sync {
             .send(address, message, self.message_origin(), options);
         deliver_built(self, built)
     }
+
+    /// Sends `message` to `address` after `delay` (MassTransit's `ScheduleSend` with the delayed
+    /// scheduler): a send with a `Delay` transport property and a new `MT-Scheduling-TokenId`
+    /// header, held back by the broker (see [`ScheduledMessage`]). From a consumer behind the
+    /// inbox it goes through the consumer outbox like any send.
+    fn schedule_send<M: Message>(
+        &self,
+        address: &str,
+        delay: Duration,
+        message: &M,
+    ) -> impl Future<Output = Result<ScheduledMessage, PublishError>> + Send {
+        self.schedule_send_with(address, delay, message, SendOptions::new())
+    }
+
+    /// [`schedule_send`](Self::schedule_send) with options.
+    fn schedule_send_with<M: Message>(
+        &self,
+        address: &str,
+        delay: Duration,
+        message: &M,
+        options: SendOptions,
+    ) -> impl Future<Output = Result<ScheduledMessage, PublishError>> + Send {
+        let token = Uuid::now_v7();
+        let options = options.header(SCHEDULING_TOKEN_ID, token.to_string());
+        let built = self
+            .message_factory()
+            .send(address, message, self.message_origin(), options);
+        deliver_scheduled(self, built, token, delay)
+    }
+
+    /// Publishes `message` after `delay` (MassTransit's `SchedulePublish`: a scheduled send to
+    /// the exchange of its type).
+    fn schedule_publish<M: Message>(
+        &self,
+        delay: Duration,
+        message: &M,
+    ) -> impl Future<Output = Result<ScheduledMessage, PublishError>> + Send {
+        let token = Uuid::now_v7();
+        let options = SendOptions::new().header(SCHEDULING_TOKEN_ID, token.to_string());
+        let built = self
+            .message_factory()
+            .publish(message, self.message_origin(), options);
+        deliver_scheduled(self, built, token, delay)
+    }
+
+    /// Cancels the message scheduled with `token_id` (MassTransit's `CancelScheduledSend`): when
+    /// it arrives at an endpoint of this bus, it is acknowledged without running a consumer.
+    /// The message still waits in the broker until then (see [`CancelledSchedules`](super::CancelledSchedules)).
+    fn cancel_scheduled_send(&self, token_id: Uuid) {
+        self.message_factory()
+            .cancelled_schedules()
+            .cancel(token_id);
+    }
+}
+
+/// Delays a message one of [`Publish`]'s schedule methods built and delivers it.
+async fn deliver_scheduled<P: Publish + ?Sized>(
+    publisher: &P,
+    built: Result<OutgoingMessage, PublishError>,
+    token: Uuid,
+    delay: Duration,
+) -> Result<ScheduledMessage, PublishError> {
+    let mut message = built?;
+    let scheduled = ScheduledMessage::delay(&mut message, token, delay);
+    publisher.deliver(message).await?;
+    Ok(scheduled)
 }
 
 /// Delivers a message one of [`Publish`]'s methods built; returns its id.
