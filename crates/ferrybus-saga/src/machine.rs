@@ -147,6 +147,7 @@ impl<T, S: SagaStates, M> EventEntry<T, S, M> {
 /// ```
 pub struct StateMachine<T, S> {
     name: String,
+    dotnet_type: Option<String>,
     events: HashMap<TypeId, Box<dyn Any + Send + Sync>>,
     registrations: Vec<Register<T, S>>,
     finally: Vec<FinalFn<T, S>>,
@@ -166,6 +167,7 @@ where
     pub fn new(name: impl Into<String>) -> Self {
         Self {
             name: name.into(),
+            dotnet_type: None,
             events: HashMap::new(),
             registrations: Vec::new(),
             finally: Vec::new(),
@@ -178,6 +180,64 @@ where
     /// The machine's name.
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Names the .NET saga instance type this machine shares its queue and tables with
+    /// (namespace qualified, nested types with `+`: `Sales.Sagas.OrderState`), so that a Rust
+    /// and a .NET instance of the saga on one queue deduplicate each other's redeliveries
+    /// through the same `inbox_state` row.
+    ///
+    /// MassTransit keys a saga's inbox rows by `JobMetadataCache<TSaga, TMessage>
+    /// .GenerateJobTypeId(queue)`: the MD5 of `"{saga instance type}:{message type}:{queue}"`
+    /// read as a .NET `Guid` (`MassTransit/JobService/JobService/JobMetadataCache.cs`, used by
+    /// `OutboxConsumePipeSpecificationObserver.SagaMessageConfigured`), and names the same type
+    /// as the consumer of its faults (`CorrelatedSagaFilter`). With this set, the saga's
+    /// consumers are named after the .NET type, so both come out as .NET's; the endpoint name
+    /// and log fields keep [`name`](Self::name).
+    ///
+    /// ```
+    /// use ferrybus_saga::{Event, StateMachine};
+    /// # use serde::{Deserialize, Serialize};
+    /// # #[derive(Debug, Serialize, Deserialize, ferrybus_core::Message)]
+    /// # #[message(namespace = "Sales.Contracts")]
+    /// # #[serde(rename_all = "camelCase")]
+    /// # struct OrderSubmitted { order_id: uuid::Uuid }
+    /// ferrybus_saga::saga_states! { enum OrderStatus { Submitted } }
+    /// let submitted = Event::<OrderSubmitted>::correlated_by(|m| m.order_id);
+    /// let machine = StateMachine::<(), OrderStatus>::new("OrderState")
+    ///     .dotnet_type("Sales.Sagas.OrderState")
+    ///     .initially(|s| s.when(&submitted, |b| b.transition_to(OrderStatus::Submitted)));
+    /// assert_eq!(machine.consumer_name(), "Sales.Sagas.OrderState");
+    /// assert_eq!(
+    ///     machine.consumer_id::<OrderSubmitted>("order-state"),
+    ///     ferrybus_core::message::consumer_id(
+    ///         "Sales.Sagas.OrderState",
+    ///         "Sales.Contracts.OrderSubmitted",
+    ///         "order-state",
+    ///     ),
+    /// );
+    /// ```
+    pub fn dotnet_type(mut self, type_name: impl Into<String>) -> Self {
+        self.dotnet_type = Some(type_name.into());
+        self
+    }
+
+    /// The name of the machine's consumers: the [`dotnet_type`](Self::dotnet_type) when set,
+    /// else [`name`](Self::name). It is the consumer type in fault headers and the first part
+    /// of the inbox consumer id.
+    pub fn consumer_name(&self) -> &str {
+        self.dotnet_type.as_deref().unwrap_or(&self.name)
+    }
+
+    /// The inbox consumer id the machine's consumer of `M` uses on the endpoint `queue` (with
+    /// no `PostgresStorage::consumer_id` override): MD5 of
+    /// `"{consumer_name}:{M's .NET type}:{queue}"`, as MassTransit derives it.
+    pub fn consumer_id<M: Message>(&self, queue: &str) -> Uuid {
+        ferrybus_core::message::consumer_id(
+            self.consumer_name(),
+            &M::message_type().dotnet_name(),
+            queue,
+        )
     }
 
     /// The endpoint name MassTransit's kebab-case formatter gives the saga: `Saga` trimmed,
@@ -354,6 +414,7 @@ impl<T, S> std::fmt::Debug for StateMachine<T, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StateMachine")
             .field("name", &self.name)
+            .field("dotnet_type", &self.dotnet_type)
             .field("events", &self.registrations.len())
             .field("completed_when_finalized", &self.completed_when_finalized)
             .field("unhandled", &self.unhandled)

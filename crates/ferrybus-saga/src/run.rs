@@ -170,7 +170,7 @@ where
     }
 
     fn name(&self) -> Cow<'static, str> {
-        Cow::Owned(self.machine.name().to_owned())
+        Cow::Owned(self.machine.consumer_name().to_owned())
     }
 }
 
