@@ -91,7 +91,9 @@ pub use machine::{
     BehaviorContext, EventBinder, FinallyBinder, SagaContext, SagaEndpointExt, StateBinder,
     StateMachine, UnhandledEvent,
 };
-pub use repository::{InMemorySagaRepository, SagaChange, SagaRepository, SaveOutcome, StoredSaga};
+pub use repository::{
+    CurrentState, InMemorySagaRepository, SagaChange, SagaRepository, SaveOutcome, StoredSaga,
+};
 pub use schedule::{Schedule, SCHEDULING_TOKEN_ID};
 pub use state::{SagaStates, State};
 

@@ -10,7 +10,7 @@ use chrono::Utc;
 use uuid::Uuid;
 
 use crate::event::Event;
-use crate::repository::SagaRepository;
+use crate::repository::{CurrentState, SagaRepository};
 use crate::run::SagaConsumer;
 use crate::schedule::{Schedule, TokenFn, SCHEDULING_TOKEN_ID};
 use crate::state::{SagaStates, State};
@@ -148,6 +148,8 @@ impl<T, S: SagaStates, M> EventEntry<T, S, M> {
 pub struct StateMachine<T, S> {
     name: String,
     dotnet_type: Option<String>,
+    /// The states after `Initial` (1) and `Final` (2) when `CurrentState` is an int.
+    int_states: Option<Vec<S>>,
     events: HashMap<TypeId, Box<dyn Any + Send + Sync>>,
     registrations: Vec<Register<T, S>>,
     finally: Vec<FinalFn<T, S>>,
@@ -168,6 +170,7 @@ where
         Self {
             name: name.into(),
             dotnet_type: None,
+            int_states: None,
             events: HashMap::new(),
             registrations: Vec::new(),
             finally: Vec::new(),
@@ -253,6 +256,71 @@ where
             .filter(|n| !n.is_empty())
             .unwrap_or(name);
         kebab_case(name)
+    }
+
+    /// Stores `CurrentState` as a number, as MassTransit's
+    /// `InstanceState(x => x.CurrentState, Submitted, Accepted)` on an `int` property does:
+    /// `Initial` is 1, `Final` 2, then the states of `order` from 3, then the machine's other
+    /// states in declaration order; 0 (an instance never assigned) reads as `Initial`
+    /// (`MassTransit/SagaStateMachine/SagaStateMachine/Accessors/StateAccessorIndex.cs`,
+    /// `IntStateAccessor.cs`, `InitialIfNullStateAccessor.cs`). The repository needs an integer
+    /// state column (`SagaTable::int_state` for PostgreSQL).
+    ///
+    /// ```
+    /// use ferrybus_saga::{CurrentState, State, StateMachine};
+    /// ferrybus_saga::saga_states! { enum OrderStatus { Accepted, Submitted } }
+    /// let machine = StateMachine::<(), OrderStatus>::new("OrderState")
+    ///     .current_state_as_int([OrderStatus::Submitted, OrderStatus::Accepted]);
+    /// assert_eq!(machine.stored_state(State::Initial), CurrentState::Index(1));
+    /// assert_eq!(machine.stored_state(State::Final), CurrentState::Index(2));
+    /// assert_eq!(machine.stored_state(OrderStatus::Submitted.into()), CurrentState::Index(3));
+    /// assert_eq!(machine.stored_state(OrderStatus::Accepted.into()), CurrentState::Index(4));
+    /// assert_eq!(machine.parse_state(&CurrentState::Index(0)), Some(State::Initial));
+    /// ```
+    pub fn current_state_as_int(mut self, order: impl IntoIterator<Item = S>) -> Self {
+        let mut states: Vec<S> = Vec::new();
+        for state in order.into_iter().chain(S::all().iter().copied()) {
+            if !states.contains(&state) {
+                states.push(state);
+            }
+        }
+        self.int_states = Some(states);
+        self
+    }
+
+    /// What the repository stores for `state`: its name, or its number with
+    /// [`current_state_as_int`](Self::current_state_as_int).
+    pub fn stored_state(&self, state: State<S>) -> CurrentState {
+        let Some(states) = &self.int_states else {
+            return CurrentState::Name(state.name().to_owned());
+        };
+        CurrentState::Index(match state {
+            State::Initial => 1,
+            State::Final => 2,
+            State::Is(s) => {
+                let position = states.iter().position(|x| *x == s).unwrap_or_default();
+                i32::try_from(position).map_or(i32::MAX, |p| p.saturating_add(3))
+            }
+        })
+    }
+
+    /// The state a stored `CurrentState` names; `None` for a name or number the machine does
+    /// not declare.
+    pub fn parse_state(&self, stored: &CurrentState) -> Option<State<S>> {
+        match stored {
+            CurrentState::Name(name) => State::parse(name),
+            CurrentState::Index(index) => {
+                let states = self.int_states.as_ref()?;
+                match *index {
+                    0 | 1 => Some(State::Initial),
+                    2 => Some(State::Final),
+                    n => {
+                        let position = usize::try_from(n.checked_sub(3)?).ok()?;
+                        states.get(position).copied().map(State::Is)
+                    }
+                }
+            }
+        }
     }
 
     /// How many event types the machine handles (one consumer each).
@@ -415,6 +483,7 @@ impl<T, S> std::fmt::Debug for StateMachine<T, S> {
         f.debug_struct("StateMachine")
             .field("name", &self.name)
             .field("dotnet_type", &self.dotnet_type)
+            .field("int_state", &self.int_states.is_some())
             .field("events", &self.registrations.len())
             .field("completed_when_finalized", &self.completed_when_finalized)
             .field("unhandled", &self.unhandled)

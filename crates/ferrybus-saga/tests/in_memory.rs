@@ -44,7 +44,7 @@ ferrybus_saga::saga_states! {
     enum OrderStatus { Submitted, Shipped }
 }
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 struct OrderState {
     total: String,
     item_count: i32,
@@ -302,7 +302,7 @@ mod scheduling {
         enum Status { Waiting, TimedOut }
     }
 
-    #[derive(Clone, Debug, Default, PartialEq)]
+    #[derive(Clone, Debug, Default, PartialEq, Serialize)]
     struct Instance {
         token: Option<Uuid>,
     }
@@ -403,7 +403,7 @@ mod messaging {
         enum Status { Open, Held }
     }
 
-    #[derive(Clone, Debug, Default)]
+    #[derive(Clone, Debug, Default, Serialize)]
     struct Instance {
         audits: u32,
     }
