@@ -38,7 +38,8 @@ pub enum MissingInstance {
 }
 
 type Correlate<M> = Arc<dyn Fn(&ConsumeContext<M>) -> Option<Uuid> + Send + Sync>;
-type SelectValue<M> = Arc<dyn Fn(&M) -> Result<Json, serde_json::Error> + Send + Sync>;
+type SelectValue<M> =
+    Arc<dyn Fn(&ConsumeContext<M>) -> Result<Json, serde_json::Error> + Send + Sync>;
 type SelectId<M> = Arc<dyn Fn(&M) -> Uuid + Send + Sync>;
 
 /// How an event finds its instance.
@@ -171,10 +172,19 @@ impl<M: Message> Event<M> {
         field: impl Into<String>,
         select: impl Fn(&M) -> V + Send + Sync + 'static,
     ) -> Self {
+        Self::correlated_by_property_in_context(field, move |ctx| select(ctx.message()))
+    }
+
+    /// [`correlated_by_property`](Self::correlated_by_property) with the value taken from the
+    /// consume context (a request's responses correlate by the envelope's `requestId`).
+    pub(crate) fn correlated_by_property_in_context<V: Serialize>(
+        field: impl Into<String>,
+        select: impl Fn(&ConsumeContext<M>) -> V + Send + Sync + 'static,
+    ) -> Self {
         Self {
             correlation: Correlation::Property {
                 field: field.into(),
-                value: Arc::new(move |m| serde_json::to_value(select(m))),
+                value: Arc::new(move |ctx| serde_json::to_value(select(ctx))),
                 select_id: None,
             },
             missing: MissingInstance::default(),

@@ -82,6 +82,7 @@ mod machine;
 #[cfg(feature = "sea-orm")]
 pub mod postgres;
 mod repository;
+mod request;
 mod run;
 mod schedule;
 mod state;
@@ -94,6 +95,7 @@ pub use machine::{
 pub use repository::{
     CurrentState, InMemorySagaRepository, SagaChange, SagaRepository, SaveOutcome, StoredSaga,
 };
+pub use request::{Request, RequestTimeoutExpired, REQUEST_ACCEPT_TYPE};
 pub use schedule::{Schedule, SCHEDULING_TOKEN_ID};
 pub use state::{SagaStates, State};
 

@@ -11,6 +11,7 @@ use uuid::Uuid;
 
 use crate::event::Event;
 use crate::repository::{CurrentState, SagaRepository};
+use crate::request::{Request, RequestTimeoutExpired, REQUEST_ACCEPT_TYPE};
 use crate::run::SagaConsumer;
 use crate::schedule::{Schedule, TokenFn, SCHEDULING_TOKEN_ID};
 use crate::state::{SagaStates, State};
@@ -357,6 +358,28 @@ where
             .map(|s| Selector::State(State::Is(s)))
             .collect();
         self.bind(selectors, bind)
+    }
+
+    /// Declares `request` (MassTransit's `Request(() => X, …)`): in every state but `Initial`
+    /// and `Final`, its response clears the instance's pending request id before the actions
+    /// of the state's own `when` run (`DuringAny(When(Completed).CancelRequestTimeout(…))`), and
+    /// so does its fault with [`Request::clear_request_id_on_faulted`]; a timeout that arrives
+    /// after that finds no instance and is discarded. Declare it before the states that handle
+    /// its events.
+    pub fn request<R: Message, P: Message>(self, request: &Request<T, R, P>) -> Self {
+        let completed = request.request_id.clone();
+        let faulted = request.clear_on_faulted.then(|| request.request_id.clone());
+        self.during_any(|s| {
+            let s = s.when(&request.completed, move |b| {
+                b.then(move |c| *completed(&mut c.instance) = None)
+            });
+            match faulted {
+                Some(clear) => s.when(&request.faulted, move |b| {
+                    b.then(move |c| *clear(&mut c.instance) = None)
+                }),
+                None => s.when(&request.faulted, |b| b),
+            }
+        })
     }
 
     /// Events handled in every state except `Initial` and `Final` (MassTransit's `DuringAny`,
@@ -780,6 +803,22 @@ where
         self.then(move |c| *token(&mut c.instance) = None)
     }
 
+    /// Sends the request `build` makes (MassTransit's `.Request(request, ctx => …)`): see
+    /// [`Request`]. Like a publish, it leaves only if the step is saved; the pending request's
+    /// id is in the instance from then on.
+    pub fn request<R: Message, P: Message>(
+        self,
+        request: &Request<T, R, P>,
+        build: impl Fn(&BehaviorContext<'_, T, S, M>) -> R + Send + Sync + 'static,
+    ) -> Self {
+        let request = request.clone();
+        self.try_then(move |c| {
+            let message = build(c);
+            c.send_request(&request, message)?;
+            Ok(())
+        })
+    }
+
     /// Runs the actions `bind` adds only when `condition` holds (MassTransit's `If`).
     pub fn if_then(
         self,
@@ -976,6 +1015,18 @@ impl<'a, T, S: SagaStates> SagaContext<'a, T, S> {
         let options = SendOptions::new()
             .message_id(id)
             .header(SCHEDULING_TOKEN_ID, id.to_string());
+        self.send_to_self_after(message, delay, options)?;
+        *token(&mut self.instance) = Some(id);
+        Ok(id)
+    }
+
+    /// Sends `message` to this endpoint after `delay` (the transport's delayed send).
+    fn send_to_self_after<P: Message>(
+        &mut self,
+        message: &P,
+        delay: Duration,
+        options: SendOptions,
+    ) -> Result<Uuid, PublishError> {
         let address = self.request.received().input_address.clone();
         let mut built = self
             .request
@@ -986,8 +1037,47 @@ impl<'a, T, S: SagaStates> SagaContext<'a, T, S> {
             "Delay".into(),
             serde_json::Value::String(ferrybus_core::dotnet::timespan::format_timespan(delay)),
         );
-        *token(&mut self.instance) = Some(id);
         Ok(self.keep(built))
+    }
+
+    /// Sends `message` as `request`'s request (MassTransit's `RequestActivityImpl.SendRequest`):
+    /// a new request id, stored in the instance, this endpoint as the response address, the
+    /// accepted response type, and the timeout scheduled to this endpoint. Returns the id.
+    pub(crate) fn send_request<R: Message, P: Message>(
+        &mut self,
+        request: &Request<T, R, P>,
+        message: R,
+    ) -> Result<Uuid, PublishError> {
+        let request_id = Uuid::now_v7();
+        let input_address = self.request.received().input_address.clone();
+        let mut options = SendOptions::new()
+            .request_id(request_id)
+            .response_address(input_address)
+            .header(
+                REQUEST_ACCEPT_TYPE,
+                serde_json::json!([P::message_type().urn()]),
+            );
+        if let Some(ttl) = request.time_to_live {
+            options = options.time_to_live(ttl);
+        }
+        match &request.service_address {
+            Some(address) => self.send_with(address, &message, options)?,
+            None => self.publish_with(&message, options)?,
+        };
+        *(request.request_id)(&mut self.instance) = Some(request_id);
+        if !request.timeout.is_zero() {
+            let now = Utc::now();
+            let expired = RequestTimeoutExpired {
+                correlation_id: self.correlation_id,
+                timestamp: now,
+                expiration_time: now
+                    + chrono::Duration::from_std(request.timeout).unwrap_or(chrono::Duration::MAX),
+                request_id,
+                message: Some(message),
+            };
+            self.send_to_self_after(&expired, request.timeout, SendOptions::new())?;
+        }
+        Ok(request_id)
     }
 
     fn keep(&mut self, message: OutgoingMessage) -> Uuid {

@@ -208,8 +208,8 @@ where
                 select_id,
             } => (field, value, select_id),
         };
-        let value = value(ctx.message())
-            .map_err(|e| SagaError::new(SagaErrorKind::Mapping, e.to_string()))?;
+        let value =
+            value(&ctx).map_err(|e| SagaError::new(SagaErrorKind::Mapping, e.to_string()))?;
         if value.is_null() {
             return Err(SagaError::new(
                 SagaErrorKind::NoCorrelationId,
