@@ -89,8 +89,8 @@ mod state;
 
 pub use event::{Correlated, Event, MissingInstance};
 pub use machine::{
-    BehaviorContext, EventBinder, FinallyBinder, SagaContext, SagaEndpointExt, StateBinder,
-    StateMachine, UnhandledEvent,
+    ActionFuture, BehaviorContext, EventBinder, FinallyBinder, SagaContext, SagaEndpointExt,
+    StateBinder, StateMachine, UnhandledEvent,
 };
 pub use repository::{
     CurrentState, InMemorySagaRepository, SagaChange, SagaRepository, SaveOutcome, StoredSaga,

@@ -39,6 +39,11 @@ pub enum UnhandledEvent {
 
 type EventFn<T, S, M> =
     Box<dyn Fn(&mut BehaviorContext<'_, T, S, M>) -> Result<(), ConsumeError> + Send + Sync>;
+/// A boxed future of an asynchronous action, borrowing its context.
+pub type ActionFuture<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), ConsumeError>> + Send + 'a>>;
+type AsyncEventFn<T, S, M> =
+    Box<dyn for<'a, 'b> Fn(&'a mut BehaviorContext<'b, T, S, M>) -> ActionFuture<'a> + Send + Sync>;
 type CondFn<T, S, M> = Box<dyn Fn(&BehaviorContext<'_, T, S, M>) -> bool + Send + Sync>;
 type FinalFn<T, S> =
     Box<dyn Fn(&mut SagaContext<'_, T, S>) -> Result<(), ConsumeError> + Send + Sync>;
@@ -47,6 +52,7 @@ type Register<T, S> =
 
 pub(crate) enum Activity<T, S, M> {
     Then(EventFn<T, S, M>),
+    ThenAsync(AsyncEventFn<T, S, M>),
     TransitionTo(State<S>),
     If(
         CondFn<T, S, M>,
@@ -113,6 +119,11 @@ impl<T, S: SagaStates, M> EventEntry<T, S, M> {
 /// | [`StateBinder::when`], [`StateBinder::when_if`] | `When(event)`, `When(event, filter)` |
 /// | [`StateBinder::ignore`] | `Ignore(event)` |
 /// | [`EventBinder::then`], [`EventBinder::transition_to`], [`EventBinder::finalize`] | `Then`, `TransitionTo`, `Finalize` |
+/// | [`EventBinder::then_async`] | `ThenAsync` |
+/// | [`EventBinder::request`], [`StateMachine::request`], [`Request`] | `Request(…)`, `.Request(request, …)` |
+/// | [`Event::correlated_by_property`], [`Event::select_id`] | `CorrelateBy(x => x.Property, …)`, `SelectId` |
+/// | [`current_state_as_int`](Self::current_state_as_int) | `InstanceState(x => x.CurrentState, …)` on an `int` |
+/// | [`dotnet_type`](Self::dotnet_type) | the instance type's name (inbox consumer id, fault consumer type) |
 /// | [`EventBinder::publish`], [`EventBinder::send`], [`EventBinder::respond`] | `Publish`, `Send`, `Respond` |
 /// | [`EventBinder::if_then`], [`EventBinder::if_else`] | `If`, `IfElse` |
 /// | [`set_completed_when_finalized`](Self::set_completed_when_finalized) | `SetCompletedWhenFinalized()` |
@@ -470,34 +481,38 @@ where
         self.conflict_retries
     }
 
-    /// Runs the activities of `activities` on `c`.
-    pub(crate) fn run<M>(
-        &self,
-        activities: &[Activity<T, S, M>],
-        c: &mut BehaviorContext<'_, T, S, M>,
-    ) -> Result<(), ConsumeError> {
-        for activity in activities {
-            match activity {
-                Activity::Then(f) => f(c)?,
-                Activity::TransitionTo(to) => {
-                    let from = c.saga.state;
-                    c.saga.state = *to;
-                    if *to == State::Final && from != State::Final {
-                        for f in &self.finally {
-                            f(&mut c.saga)?;
+    /// Runs the activities of `activities` on `c`, in order.
+    pub(crate) fn run<'c, 'r, M>(
+        &'c self,
+        activities: &'c [Activity<T, S, M>],
+        c: &'c mut BehaviorContext<'r, T, S, M>,
+    ) -> ActionFuture<'c>
+    where
+        M: Sync,
+        'r: 'c,
+    {
+        Box::pin(async move {
+            for activity in activities {
+                match activity {
+                    Activity::Then(f) => f(c)?,
+                    Activity::ThenAsync(f) => f(c).await?,
+                    Activity::TransitionTo(to) => {
+                        let from = c.saga.state;
+                        c.saga.state = *to;
+                        if *to == State::Final && from != State::Final {
+                            for f in &self.finally {
+                                f(&mut c.saga)?;
+                            }
                         }
                     }
-                }
-                Activity::If(condition, yes, no) => {
-                    if condition(c) {
-                        self.run(yes, c)?;
-                    } else {
-                        self.run(no, c)?;
+                    Activity::If(condition, yes, no) => {
+                        let branch = if condition(c) { yes } else { no };
+                        self.run(branch, c).await?;
                     }
                 }
             }
-        }
-        Ok(())
+            Ok(())
+        })
     }
 }
 
@@ -724,6 +739,46 @@ where
             + 'static,
     ) -> Self {
         self.activities.push(Activity::Then(Box::new(f)));
+        self
+    }
+
+    /// An asynchronous action (MassTransit's `ThenAsync`): awaited in order with the others,
+    /// inside the step, so what it changes is saved with the instance (and, behind the inbox,
+    /// in the same transaction). Return the future boxed (`Box::pin(async move { … })`); an
+    /// error fails the message and nothing of the step is saved.
+    ///
+    /// ```
+    /// use ferrybus_saga::{Event, StateMachine};
+    /// # use serde::{Deserialize, Serialize};
+    /// # #[derive(Debug, Serialize, Deserialize, ferrybus_core::Message)]
+    /// # #[message(namespace = "Bookstore.Contracts")]
+    /// # #[serde(rename_all = "camelCase")]
+    /// # struct OrderSubmitted { order_id: uuid::Uuid, customer: String }
+    /// # async fn credit_limit(_customer: &str) -> Result<i64, ferrybus_core::ConsumeError> { Ok(100) }
+    /// ferrybus_saga::saga_states! { enum OrderStatus { Submitted } }
+    /// #[derive(Clone, Debug, Default)]
+    /// struct OrderState { credit_limit: i64 }
+    ///
+    /// let submitted = Event::<OrderSubmitted>::correlated_by(|m| m.order_id);
+    /// let machine = StateMachine::<OrderState, OrderStatus>::new("OrderState").initially(|s| {
+    ///     s.when(&submitted, |b| {
+    ///         b.then_async(|c| Box::pin(async move {
+    ///             c.instance.credit_limit = credit_limit(&c.message().customer).await?;
+    ///             Ok(())
+    ///         }))
+    ///         .transition_to(OrderStatus::Submitted)
+    ///     })
+    /// });
+    /// # let _ = machine;
+    /// ```
+    pub fn then_async<F>(mut self, f: F) -> Self
+    where
+        F: for<'a, 'b> Fn(&'a mut BehaviorContext<'b, T, S, M>) -> ActionFuture<'a>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.activities.push(Activity::ThenAsync(Box::new(f)));
         self
     }
 

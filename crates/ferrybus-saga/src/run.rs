@@ -73,7 +73,7 @@ where
                 None if entry.initiates() => (State::Initial, T::default(), None),
                 None => return missing(machine, entry.event.missing, event_name, &id.to_string()),
             };
-            let step = apply(machine, ctx, id, state, instance, event_name)?;
+            let step = apply(machine, ctx, id, state, instance, event_name).await?;
             let Step::Changed {
                 state: next,
                 instance,
@@ -254,7 +254,7 @@ where
     }
 }
 
-fn apply<T, S, M>(
+async fn apply<T, S, M>(
     machine: &StateMachine<T, S>,
     ctx: &ConsumeContext<M>,
     id: uuid::Uuid,
@@ -325,7 +325,7 @@ where
         if let Binding::When { filter, activities } = binding {
             if filter.as_ref().is_none_or(|f| f(&c)) {
                 ran = true;
-                machine.run(activities, &mut c)?;
+                machine.run(activities, &mut c).await?;
             }
         }
     }
