@@ -184,6 +184,33 @@ where
     M: Message,
 {
     async fn consume(&self, ctx: ConsumeContext<M>) -> Result<(), ConsumeError> {
+        #[cfg(feature = "otel")]
+        let mut instrument = ferrybus_otel::SagaInstrument::start(
+            &ctx.request().received().input_address,
+            M::message_type().urn(),
+            self.machine.consumer_name(),
+        );
+        let result = self.handle(ctx).await;
+        #[cfg(feature = "otel")]
+        if let Err(error) = &result {
+            instrument.fault(error.exception_type());
+        }
+        result
+    }
+
+    fn name(&self) -> Cow<'static, str> {
+        Cow::Owned(self.machine.consumer_name().to_owned())
+    }
+}
+
+impl<T, S, M> SagaConsumer<T, S, M>
+where
+    T: Clone + Default + Send + Sync + 'static,
+    S: SagaStates,
+    M: Message,
+{
+    /// Finds the instances the event is for and applies it to each.
+    async fn handle(&self, ctx: ConsumeContext<M>) -> Result<(), ConsumeError> {
         let machine = &self.machine;
         let entry = machine.entry::<M>().ok_or_else(|| {
             SagaError::new(
@@ -247,10 +274,6 @@ where
             self.step(&ctx, id, &event_name).await?;
         }
         Ok(())
-    }
-
-    fn name(&self) -> Cow<'static, str> {
-        Cow::Owned(self.machine.consumer_name().to_owned())
     }
 }
 
