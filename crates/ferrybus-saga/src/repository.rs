@@ -20,6 +20,7 @@ use crate::{SagaError, SagaErrorKind};
 /// use ferrybus_saga::CurrentState;
 /// assert_eq!(CurrentState::from("Submitted"), "Submitted");
 /// assert_eq!(CurrentState::Index(3).to_string(), "3");
+/// assert_eq!(CurrentState::Index(3), "3");
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum CurrentState {
@@ -56,9 +57,13 @@ impl From<i32> for CurrentState {
     }
 }
 
+/// A name equals its text, a number its decimal text (`"3"`).
 impl PartialEq<&str> for CurrentState {
     fn eq(&self, other: &&str) -> bool {
-        matches!(self, CurrentState::Name(name) if name == other)
+        match self {
+            CurrentState::Name(name) => name == other,
+            CurrentState::Index(index) => other.parse::<i32>() == Ok(*index),
+        }
     }
 }
 
@@ -287,7 +292,7 @@ impl<T: Clone> InMemorySagaRepository<T> {
                 let changed = self.changed.notified();
                 if let Some(stored) = self
                     .get(correlation_id)
-                    .filter(|s| s.current_state.to_string() == state)
+                    .filter(|s| s.current_state == state)
                 {
                     return stored;
                 }
