@@ -300,6 +300,12 @@ where
         self
     }
 
+    /// Whether `CurrentState` is stored as a number
+    /// ([`current_state_as_int`](Self::current_state_as_int)).
+    pub fn has_int_state(&self) -> bool {
+        self.int_states.is_some()
+    }
+
     /// What the repository stores for `state`: its name, or its number with
     /// [`current_state_as_int`](Self::current_state_as_int).
     pub fn stored_state(&self, state: State<S>) -> CurrentState {

@@ -8,7 +8,7 @@ use crate::event::{Correlation, MissingInstance};
 use crate::machine::{
     bindings_for, BehaviorContext, Binding, SagaContext, StateMachine, UnhandledEvent,
 };
-use crate::repository::{SagaChange, SagaRepository, SaveOutcome};
+use crate::repository::{CurrentState, SagaChange, SagaRepository, SaveOutcome};
 use crate::schedule::SCHEDULING_TOKEN_ID;
 use crate::state::{SagaStates, State};
 use crate::{SagaError, SagaErrorKind};
@@ -58,16 +58,9 @@ where
             let loaded = self.repository.load(ctx.request(), id).await?;
             let (state, instance, version) = match loaded {
                 Some(stored) => {
-                    let state = machine.parse_state(&stored.current_state).ok_or_else(|| {
-                        SagaError::new(
-                            SagaErrorKind::UnknownState,
-                            format!(
-                                "instance {id} is in state {:?}, which {} does not declare",
-                                stored.current_state.to_string(),
-                                machine.name()
-                            ),
-                        )
-                    })?;
+                    let state = machine
+                        .parse_state(&stored.current_state)
+                        .ok_or_else(|| unknown_state(machine, id, &stored.current_state))?;
                     (state, stored.instance, Some(stored.version))
                 }
                 None if entry.initiates() => (State::Initial, T::default(), None),
@@ -134,6 +127,33 @@ where
         )
         .into())
     }
+}
+
+/// The error for an instance row whose state the machine does not declare.
+fn unknown_state<T, S>(
+    machine: &StateMachine<T, S>,
+    id: uuid::Uuid,
+    stored: &CurrentState,
+) -> ConsumeError
+where
+    T: Clone + Default + Send + Sync + 'static,
+    S: SagaStates,
+{
+    let hint = match stored {
+        CurrentState::Index(_) if !machine.has_int_state() => {
+            " (the state column holds numbers: declare the order with current_state_as_int)"
+        }
+        _ => "",
+    };
+    SagaError::new(
+        SagaErrorKind::UnknownState,
+        format!(
+            "instance {id} is in state {:?}, which {} does not declare{hint}",
+            stored.to_string(),
+            machine.name()
+        ),
+    )
+    .into()
 }
 
 /// An event whose instance `what` does not exist and that the initial state does not handle:

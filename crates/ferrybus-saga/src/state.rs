@@ -27,7 +27,8 @@ pub trait SagaStates: Copy + Eq + fmt::Debug + Send + Sync + 'static {
     fn from_name(name: &str) -> Option<Self>;
 
     /// Every state, in declaration order (the order MassTransit numbers the states an
-    /// [`int` state](crate::StateMachine::current_state_as_int) does not list).
+    /// [`int` state](crate::StateMachine::current_state_as_int) does not list). It must list
+    /// every variant: [`saga_states!`](crate::saga_states) generates it.
     fn all() -> &'static [Self];
 }
 

@@ -275,3 +275,45 @@ async fn an_initial_event_without_select_id_takes_the_envelope_correlation_id_or
     assert_eq!(repository.len(), 1);
     harness.stop().await;
 }
+
+#[tokio::test]
+async fn a_numbered_state_read_by_a_machine_of_names_faults_with_the_fix() {
+    let accepted =
+        Event::<OrderAccepted>::correlated_by_property("order_number", |m| m.order_number.clone());
+    let by_name = StateMachine::<OrderState, OrderStatus>::new("OrderState")
+        .during(OrderStatus::Submitted, |s| {
+            s.when(&accepted, |b| b.transition_to(OrderStatus::Accepted))
+        });
+    let repository = InMemorySagaRepository::<OrderState>::new();
+    repository.insert(
+        Uuid::now_v7(),
+        3,
+        OrderState {
+            order_number: "N-1".into(),
+        },
+    );
+    let harness = TestHarness::builder()
+        .timeout(WAIT)
+        .receive_endpoint("order-state", {
+            let repository = repository.clone();
+            move |e| e.saga(by_name, repository)
+        })
+        .start()
+        .await
+        .unwrap();
+    let id = harness
+        .publish(&OrderAccepted {
+            order_number: "N-1".into(),
+        })
+        .await
+        .unwrap();
+    harness.faulted(id).await.unwrap();
+    let error = harness.broker().messages("order-state_error");
+    let reason = error[0]
+        .headers
+        .get_str("MT-Fault-Message")
+        .unwrap_or_default()
+        .to_owned();
+    assert!(reason.contains("current_state_as_int"), "{reason}");
+    harness.stop().await;
+}
