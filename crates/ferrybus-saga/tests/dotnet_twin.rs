@@ -1,13 +1,14 @@
 //! A Rust saga beside its .NET twin on RabbitMQ and PostgreSQL (MassTransit's EF Core tables):
 //! with the .NET saga type configured, both key the inbox by the same consumer id, so an event
-//! the .NET instance consumed is a duplicate when it is redelivered to the Rust one.
+//! the .NET instance consumed is a duplicate when it is redelivered to the Rust one, and both
+//! name the same consumer type in their faults.
 
 use ferrybus_core::{Message, Publish, SendOptions};
 use ferrybus_rabbitmq::RabbitMqBus;
 use ferrybus_saga::postgres::{ColumnType, PostgresSagaRepository, SagaTable};
-use ferrybus_saga::{Event, SagaEndpointExt, StateMachine};
+use ferrybus_saga::{Event, MissingInstance, SagaEndpointExt, StateMachine};
 use ferrybus_sea_orm::NamingStyle;
-use ferrybus_testing::{amqp_url, eventually, unique, Probe, Shape, TestSchema, WAIT};
+use ferrybus_testing::{amqp_url, eventually, header_str, unique, Probe, Shape, TestSchema, WAIT};
 use sea_orm::{ConnectionTrait, DbBackend, Statement, TransactionTrait};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -41,7 +42,8 @@ const DOTNET_SAGA: &str = "Bookstore.Sagas.OrderState";
 
 fn machine() -> StateMachine<OrderState, OrderStatus> {
     let submitted = Event::<OrderSubmitted>::correlated_by(|m| m.order_id);
-    let item_added = Event::<OrderItemAdded>::correlated_by(|m| m.order_id);
+    let item_added = Event::<OrderItemAdded>::correlated_by(|m| m.order_id)
+        .on_missing_instance(MissingInstance::Fault);
     StateMachine::<OrderState, OrderStatus>::new("OrderState")
         .dotnet_type(DOTNET_SAGA)
         .initially(|s| s.when(&submitted, |b| b.transition_to(OrderStatus::Submitted)))
@@ -220,6 +222,24 @@ async fn an_event_the_dotnet_twin_consumed_is_not_applied_again() {
             .await
             .unwrap_or(0),
         0
+    );
+
+    // A fault names the .NET saga type as its consumer, as the .NET instance's faults do.
+    bus.send(
+        &address,
+        &OrderItemAdded {
+            order_id: Uuid::now_v7(),
+        },
+    )
+    .await
+    .unwrap();
+    let faulted = fixture
+        .probe
+        .wait_get(&format!("{}_error", fixture.queue))
+        .await;
+    assert_eq!(
+        header_str(&faulted, "MT-Fault-ConsumerType").as_deref(),
+        Some(DOTNET_SAGA)
     );
     bus.stop().await;
     fixture.probe.cleanup().await;
