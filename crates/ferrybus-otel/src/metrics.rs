@@ -62,6 +62,14 @@ pub const OUTBOX_SEND_TOTAL: &str = "messaging.masstransit.outbox.send";
 pub const OUTBOX_DELIVERY_TOTAL: &str = "messaging.masstransit.outbox.delivery";
 /// Counter (`ea`): outbox rows whose delivery failed.
 pub const OUTBOX_DELIVERY_FAULT_TOTAL: &str = "messaging.masstransit.outbox.delivery.errors";
+/// Counter (`ea`): saga messages handled (one per event a saga consumes).
+pub const SAGA_TOTAL: &str = "messaging.masstransit.saga";
+/// Counter (`ea`): saga messages whose handling failed.
+pub const SAGA_FAULT_TOTAL: &str = "messaging.masstransit.saga.errors";
+/// Histogram (`ms`): time spent handling a saga message.
+pub const SAGA_DURATION: &str = "messaging.masstransit.saga.duration";
+/// Up-down counter (`ea`): saga messages being handled.
+pub const SAGA_IN_PROGRESS: &str = "messaging.masstransit.saga.active";
 /// Counter (`ea`, ferrybus): copies the inbox stopped before the consumer.
 pub const INBOX_DUPLICATE_TOTAL: &str = "ferrybus.inbox.duplicates";
 /// Counter (`ea`, ferrybus): deliveries that completed an earlier attempt's outbox.
@@ -88,6 +96,10 @@ pub(crate) struct Instruments {
     pub(crate) outbox_send_total: Counter<u64>,
     pub(crate) outbox_delivery_total: Counter<u64>,
     pub(crate) outbox_delivery_fault_total: Counter<u64>,
+    pub(crate) saga_total: Counter<u64>,
+    pub(crate) saga_fault_total: Counter<u64>,
+    pub(crate) saga_duration: Histogram<f64>,
+    pub(crate) saga_in_progress: UpDownCounter<i64>,
     pub(crate) inbox_duplicate_total: Counter<u64>,
     pub(crate) inbox_recovered_total: Counter<u64>,
     pub(crate) redelivery_total: Counter<u64>,
@@ -156,6 +168,13 @@ impl Instruments {
                 OUTBOX_DELIVERY_FAULT_TOTAL,
                 "Number of outbox delivery message failures",
             ),
+            saga_total: counter(SAGA_TOTAL, "Number of sagas executed"),
+            saga_fault_total: counter(SAGA_FAULT_TOTAL, "Number of sagas faults"),
+            saga_duration: millis(
+                SAGA_DURATION,
+                "Elapsed time spent saga processing a message, in millis",
+            ),
+            saga_in_progress: gauge(SAGA_IN_PROGRESS, "Number of sagas in progress"),
             inbox_duplicate_total: counter(
                 INBOX_DUPLICATE_TOTAL,
                 "Number of message copies the inbox kept from a consumer that had consumed them",
@@ -337,6 +356,70 @@ pub fn record_inbox(endpoint: &str, consumer: &str, duplicate: bool) {
         instruments.inbox_duplicate_total.add(1, &labels);
     } else {
         instruments.inbox_recovered_total.add(1, &labels);
+    }
+}
+
+/// MassTransit's saga instruments around one saga message (`StartSagaStateMachineInstrument`,
+/// `src/MassTransit/Logging/Monitoring/LogContextInstrumentationExtensions.cs`, started by
+/// `StateMachineSagaMessageFilter`): [`SAGA_TOTAL`] and [`SAGA_IN_PROGRESS`] when it starts,
+/// [`SAGA_FAULT_TOTAL`] (with the exception type) on [`fault`](Self::fault), and the active
+/// count back down and [`SAGA_DURATION`] when it is dropped. Labelled by service, endpoint,
+/// message type and the saga's type (its short name, as MassTransit's `CleanupLabel` leaves
+/// `Bookstore.Sagas.OrderState`: `OrderState`).
+///
+/// ```
+/// use ferrybus_otel::SagaInstrument;
+/// let mut instrument = SagaInstrument::start(
+///     "rabbitmq://localhost/order-state",
+///     "urn:message:Bookstore.Contracts:OrderSubmitted",
+///     "Bookstore.Sagas.OrderState",
+/// );
+/// instrument.fault("ferrybus_saga::SagaError");
+/// drop(instrument);
+/// ```
+#[derive(Debug)]
+pub struct SagaInstrument {
+    labels: [KeyValue; 4],
+    started: std::time::Instant,
+}
+
+impl SagaInstrument {
+    /// Counts a saga message of type `message_type` (its URN) handled by the saga `saga_type`
+    /// on the endpoint `input_address`.
+    pub fn start(input_address: &str, message_type: &str, saga_type: &str) -> Self {
+        let labels = [
+            service_label(),
+            KeyValue::new(ENDPOINT_LABEL, shared_endpoint_label(input_address)),
+            KeyValue::new(MESSAGE_TYPE_LABEL, shared_message_type_label(message_type)),
+            KeyValue::new(CONSUMER_TYPE_LABEL, short(saga_type).to_owned()),
+        ];
+        let instruments = instruments();
+        instruments.saga_total.add(1, &labels);
+        instruments.saga_in_progress.add(1, &labels);
+        Self {
+            labels,
+            started: std::time::Instant::now(),
+        }
+    }
+
+    /// Counts the message as failed with an error of type `exception_type`.
+    pub fn fault(&mut self, exception_type: &str) {
+        let mut labels = self.labels.to_vec();
+        labels.push(KeyValue::new(
+            EXCEPTION_TYPE_LABEL,
+            exception_type_label(exception_type),
+        ));
+        instruments().saga_fault_total.add(1, &labels);
+    }
+}
+
+impl Drop for SagaInstrument {
+    fn drop(&mut self) {
+        let instruments = instruments();
+        instruments.saga_in_progress.add(-1, &self.labels);
+        instruments
+            .saga_duration
+            .record(self.started.elapsed().as_secs_f64() * 1000.0, &self.labels);
     }
 }
 

@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use serde::Serialize;
+use serde_json::Value as Json;
 use uuid::Uuid;
 
 use ferrybus_core::consume::ConsumeContext;
@@ -36,6 +38,39 @@ pub enum MissingInstance {
 }
 
 type Correlate<M> = Arc<dyn Fn(&ConsumeContext<M>) -> Option<Uuid> + Send + Sync>;
+type SelectValue<M> =
+    Arc<dyn Fn(&ConsumeContext<M>) -> Result<Json, serde_json::Error> + Send + Sync>;
+type SelectId<M> = Arc<dyn Fn(&M) -> Uuid + Send + Sync>;
+
+/// How an event finds its instance.
+pub(crate) enum Correlation<M> {
+    /// By the instance id.
+    Id(Correlate<M>),
+    /// By an instance field equal to a value of the message; a new instance takes the
+    /// `select_id` id, else the envelope's `correlationId`.
+    Property {
+        field: String,
+        value: SelectValue<M>,
+        select_id: Option<SelectId<M>>,
+    },
+}
+
+impl<M> Clone for Correlation<M> {
+    fn clone(&self) -> Self {
+        match self {
+            Correlation::Id(f) => Correlation::Id(f.clone()),
+            Correlation::Property {
+                field,
+                value,
+                select_id,
+            } => Correlation::Property {
+                field: field.clone(),
+                value: value.clone(),
+                select_id: select_id.clone(),
+            },
+        }
+    }
+}
 
 /// An event of a state machine: the message type `M` and how a message finds its instance
 /// (MassTransit's `Event<T>` declared with `Event(() => X, x => x.CorrelateById(..))`).
@@ -57,14 +92,14 @@ type Correlate<M> = Arc<dyn Fn(&ConsumeContext<M>) -> Option<Uuid> + Send + Sync
 /// # let _ = shipped;
 /// ```
 pub struct Event<M> {
-    pub(crate) correlate: Correlate<M>,
+    pub(crate) correlation: Correlation<M>,
     pub(crate) missing: MissingInstance,
 }
 
 impl<M> Clone for Event<M> {
     fn clone(&self) -> Self {
         Self {
-            correlate: self.correlate.clone(),
+            correlation: self.correlation.clone(),
             missing: self.missing,
         }
     }
@@ -100,9 +135,69 @@ impl<M: Message> Event<M> {
         select: impl Fn(&ConsumeContext<M>) -> Option<Uuid> + Send + Sync + 'static,
     ) -> Self {
         Self {
-            correlate: Arc::new(select),
+            correlation: Correlation::Id(Arc::new(select)),
             missing: MissingInstance::default(),
         }
+    }
+
+    /// An event correlated by a property other than the id (MassTransit's
+    /// `CorrelateBy(x => x.OrderNumber, ctx => ctx.Message.OrderNumber)`): the instances whose
+    /// field `field` (its serde name; for PostgreSQL a column of the `SagaTable`) equals the
+    /// value `select` takes from the message. Every instance found handles the event, as
+    /// MassTransit's `QuerySagaFilter` does.
+    ///
+    /// An event of the initial state that finds none creates an instance, with the id
+    /// [`select_id`](Self::select_id) gives, else the envelope's `correlationId`; without
+    /// either the message faults, as MassTransit's `DefaultSagaFactory` ("The correlationId was
+    /// not present and the saga could not be created"). Put a unique index on the column: two
+    /// such events arriving together otherwise start two instances.
+    ///
+    /// ```
+    /// use ferrybus_saga::Event;
+    /// # use serde::{Deserialize, Serialize};
+    /// #[derive(Debug, Serialize, Deserialize, ferrybus_core::Message)]
+    /// #[message(namespace = "Bookstore.Contracts")]
+    /// #[serde(rename_all = "camelCase")]
+    /// struct OrderSubmitted { order_number: String }
+    ///
+    /// // x.CorrelateBy(s => s.OrderNumber, ctx => ctx.Message.OrderNumber)
+    /// //  .SelectId(_ => NewId.NextGuid())
+    /// let submitted = Event::<OrderSubmitted>::correlated_by_property("order_number", |m| {
+    ///     m.order_number.clone()
+    /// })
+    /// .select_id(|_| uuid::Uuid::now_v7());
+    /// # let _ = submitted;
+    /// ```
+    pub fn correlated_by_property<V: Serialize>(
+        field: impl Into<String>,
+        select: impl Fn(&M) -> V + Send + Sync + 'static,
+    ) -> Self {
+        Self::correlated_by_property_in_context(field, move |ctx| select(ctx.message()))
+    }
+
+    /// [`correlated_by_property`](Self::correlated_by_property) with the value taken from the
+    /// consume context (a request's responses correlate by the envelope's `requestId`).
+    pub(crate) fn correlated_by_property_in_context<V: Serialize>(
+        field: impl Into<String>,
+        select: impl Fn(&ConsumeContext<M>) -> V + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            correlation: Correlation::Property {
+                field: field.into(),
+                value: Arc::new(move |ctx| serde_json::to_value(select(ctx))),
+                select_id: None,
+            },
+            missing: MissingInstance::default(),
+        }
+    }
+
+    /// The id of an instance a [property-correlated](Self::correlated_by_property) event
+    /// creates (MassTransit's `SelectId`); ignored for an event correlated by id.
+    pub fn select_id(mut self, select: impl Fn(&M) -> Uuid + Send + Sync + 'static) -> Self {
+        if let Correlation::Property { select_id, .. } = &mut self.correlation {
+            *select_id = Some(Arc::new(select));
+        }
+        self
     }
 
     /// What happens when the instance is missing and the initial state does not handle the

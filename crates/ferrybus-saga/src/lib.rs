@@ -82,6 +82,7 @@ mod machine;
 #[cfg(feature = "sea-orm")]
 pub mod postgres;
 mod repository;
+mod request;
 mod run;
 mod schedule;
 mod state;
@@ -89,10 +90,13 @@ mod state;
 pub use event::{Correlated, Event, MissingInstance};
 pub use ferrybus_core::outgoing::SCHEDULING_TOKEN_ID;
 pub use machine::{
-    BehaviorContext, EventBinder, FinallyBinder, SagaContext, SagaEndpointExt, StateBinder,
-    StateMachine, UnhandledEvent,
+    ActionFuture, BehaviorContext, EventBinder, FinallyBinder, SagaContext, SagaEndpointExt,
+    StateBinder, StateMachine, UnhandledEvent,
 };
-pub use repository::{InMemorySagaRepository, SagaChange, SagaRepository, SaveOutcome, StoredSaga};
+pub use repository::{
+    CurrentState, InMemorySagaRepository, SagaChange, SagaRepository, SaveOutcome, StoredSaga,
+};
+pub use request::{Request, RequestTimeoutExpired, REQUEST_ACCEPT_TYPE};
 pub use schedule::Schedule;
 pub use state::{SagaStates, State};
 

@@ -10,7 +10,8 @@ use chrono::Utc;
 use uuid::Uuid;
 
 use crate::event::Event;
-use crate::repository::SagaRepository;
+use crate::repository::{CurrentState, SagaRepository};
+use crate::request::{Request, RequestTimeoutExpired, REQUEST_ACCEPT_TYPE};
 use crate::run::SagaConsumer;
 use crate::schedule::{Schedule, TokenFn};
 use crate::state::{SagaStates, State};
@@ -40,6 +41,11 @@ pub enum UnhandledEvent {
 
 type EventFn<T, S, M> =
     Box<dyn Fn(&mut BehaviorContext<'_, T, S, M>) -> Result<(), ConsumeError> + Send + Sync>;
+/// A boxed future of an asynchronous action, borrowing its context.
+pub type ActionFuture<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), ConsumeError>> + Send + 'a>>;
+type AsyncEventFn<T, S, M> =
+    Box<dyn for<'a, 'b> Fn(&'a mut BehaviorContext<'b, T, S, M>) -> ActionFuture<'a> + Send + Sync>;
 type CondFn<T, S, M> = Box<dyn Fn(&BehaviorContext<'_, T, S, M>) -> bool + Send + Sync>;
 type FinalFn<T, S> =
     Box<dyn Fn(&mut SagaContext<'_, T, S>) -> Result<(), ConsumeError> + Send + Sync>;
@@ -48,6 +54,7 @@ type Register<T, S> =
 
 pub(crate) enum Activity<T, S, M> {
     Then(EventFn<T, S, M>),
+    ThenAsync(AsyncEventFn<T, S, M>),
     TransitionTo(State<S>),
     If(
         CondFn<T, S, M>,
@@ -114,6 +121,11 @@ impl<T, S: SagaStates, M> EventEntry<T, S, M> {
 /// | [`StateBinder::when`], [`StateBinder::when_if`] | `When(event)`, `When(event, filter)` |
 /// | [`StateBinder::ignore`] | `Ignore(event)` |
 /// | [`EventBinder::then`], [`EventBinder::transition_to`], [`EventBinder::finalize`] | `Then`, `TransitionTo`, `Finalize` |
+/// | [`EventBinder::then_async`] | `ThenAsync` |
+/// | [`EventBinder::request`], [`StateMachine::request`], [`Request`] | `Request(…)`, `.Request(request, …)` |
+/// | [`Event::correlated_by_property`], [`Event::select_id`] | `CorrelateBy(x => x.Property, …)`, `SelectId` |
+/// | [`current_state_as_int`](Self::current_state_as_int) | `InstanceState(x => x.CurrentState, …)` on an `int` |
+/// | [`dotnet_type`](Self::dotnet_type) | the instance type's name (inbox consumer id, fault consumer type) |
 /// | [`EventBinder::publish`], [`EventBinder::send`], [`EventBinder::respond`] | `Publish`, `Send`, `Respond` |
 /// | [`EventBinder::if_then`], [`EventBinder::if_else`] | `If`, `IfElse` |
 /// | [`set_completed_when_finalized`](Self::set_completed_when_finalized) | `SetCompletedWhenFinalized()` |
@@ -149,6 +161,9 @@ impl<T, S: SagaStates, M> EventEntry<T, S, M> {
 /// ```
 pub struct StateMachine<T, S> {
     name: String,
+    dotnet_type: Option<String>,
+    /// The states after `Initial` (1) and `Final` (2) when `CurrentState` is an int.
+    int_states: Option<Vec<S>>,
     events: HashMap<TypeId, Box<dyn Any + Send + Sync>>,
     registrations: Vec<Register<T, S>>,
     finally: Vec<FinalFn<T, S>>,
@@ -168,6 +183,8 @@ where
     pub fn new(name: impl Into<String>) -> Self {
         Self {
             name: name.into(),
+            dotnet_type: None,
+            int_states: None,
             events: HashMap::new(),
             registrations: Vec::new(),
             finally: Vec::new(),
@@ -182,6 +199,64 @@ where
         &self.name
     }
 
+    /// Names the .NET saga instance type this machine shares its queue and tables with
+    /// (namespace qualified, nested types with `+`: `Sales.Sagas.OrderState`), so that a Rust
+    /// and a .NET instance of the saga on one queue deduplicate each other's redeliveries
+    /// through the same `inbox_state` row.
+    ///
+    /// MassTransit keys a saga's inbox rows by `JobMetadataCache<TSaga, TMessage>
+    /// .GenerateJobTypeId(queue)`: the MD5 of `"{saga instance type}:{message type}:{queue}"`
+    /// read as a .NET `Guid` (`MassTransit/JobService/JobService/JobMetadataCache.cs`, used by
+    /// `OutboxConsumePipeSpecificationObserver.SagaMessageConfigured`), and names the same type
+    /// as the consumer of its faults (`CorrelatedSagaFilter`). With this set, the saga's
+    /// consumers are named after the .NET type, so both come out as .NET's; the endpoint name
+    /// and log fields keep [`name`](Self::name).
+    ///
+    /// ```
+    /// use ferrybus_saga::{Event, StateMachine};
+    /// # use serde::{Deserialize, Serialize};
+    /// # #[derive(Debug, Serialize, Deserialize, ferrybus_core::Message)]
+    /// # #[message(namespace = "Sales.Contracts")]
+    /// # #[serde(rename_all = "camelCase")]
+    /// # struct OrderSubmitted { order_id: uuid::Uuid }
+    /// ferrybus_saga::saga_states! { enum OrderStatus { Submitted } }
+    /// let submitted = Event::<OrderSubmitted>::correlated_by(|m| m.order_id);
+    /// let machine = StateMachine::<(), OrderStatus>::new("OrderState")
+    ///     .dotnet_type("Sales.Sagas.OrderState")
+    ///     .initially(|s| s.when(&submitted, |b| b.transition_to(OrderStatus::Submitted)));
+    /// assert_eq!(machine.consumer_name(), "Sales.Sagas.OrderState");
+    /// assert_eq!(
+    ///     machine.consumer_id::<OrderSubmitted>("order-state"),
+    ///     ferrybus_core::message::consumer_id(
+    ///         "Sales.Sagas.OrderState",
+    ///         "Sales.Contracts.OrderSubmitted",
+    ///         "order-state",
+    ///     ),
+    /// );
+    /// ```
+    pub fn dotnet_type(mut self, type_name: impl Into<String>) -> Self {
+        self.dotnet_type = Some(type_name.into());
+        self
+    }
+
+    /// The name of the machine's consumers: the [`dotnet_type`](Self::dotnet_type) when set,
+    /// else [`name`](Self::name). It is the consumer type in fault headers and the first part
+    /// of the inbox consumer id.
+    pub fn consumer_name(&self) -> &str {
+        self.dotnet_type.as_deref().unwrap_or(&self.name)
+    }
+
+    /// The inbox consumer id the machine's consumer of `M` uses on the endpoint `queue` (with
+    /// no `PostgresStorage::consumer_id` override): MD5 of
+    /// `"{consumer_name}:{M's .NET type}:{queue}"`, as MassTransit derives it.
+    pub fn consumer_id<M: Message>(&self, queue: &str) -> Uuid {
+        ferrybus_core::message::consumer_id(
+            self.consumer_name(),
+            &M::message_type().dotnet_name(),
+            queue,
+        )
+    }
+
     /// The endpoint name MassTransit's kebab-case formatter gives the saga: `Saga` trimmed,
     /// then kebab case (`OrderState` → `order-state`; `DefaultEndpointNameFormatter.GetSagaName`).
     /// Other formatters: [`EndpointNameFormatter::saga`] with [`name`](Self::name).
@@ -189,6 +264,77 @@ where
         EndpointNameFormatter::kebab_case()
             .saga(&self.name)
             .unwrap_or_else(|_| self.name.clone())
+    }
+
+    /// Stores `CurrentState` as a number, as MassTransit's
+    /// `InstanceState(x => x.CurrentState, Submitted, Accepted)` on an `int` property does:
+    /// `Initial` is 1, `Final` 2, then the states of `order` from 3, then the machine's other
+    /// states in declaration order; 0 (an instance never assigned) reads as `Initial`
+    /// (`MassTransit/SagaStateMachine/SagaStateMachine/Accessors/StateAccessorIndex.cs`,
+    /// `IntStateAccessor.cs`, `InitialIfNullStateAccessor.cs`). The repository needs an integer
+    /// state column (`SagaTable::int_state` for PostgreSQL).
+    ///
+    /// ```
+    /// use ferrybus_saga::{CurrentState, State, StateMachine};
+    /// ferrybus_saga::saga_states! { enum OrderStatus { Accepted, Submitted } }
+    /// let machine = StateMachine::<(), OrderStatus>::new("OrderState")
+    ///     .current_state_as_int([OrderStatus::Submitted, OrderStatus::Accepted]);
+    /// assert_eq!(machine.stored_state(State::Initial), CurrentState::Index(1));
+    /// assert_eq!(machine.stored_state(State::Final), CurrentState::Index(2));
+    /// assert_eq!(machine.stored_state(OrderStatus::Submitted.into()), CurrentState::Index(3));
+    /// assert_eq!(machine.stored_state(OrderStatus::Accepted.into()), CurrentState::Index(4));
+    /// assert_eq!(machine.parse_state(&CurrentState::Index(0)), Some(State::Initial));
+    /// ```
+    pub fn current_state_as_int(mut self, order: impl IntoIterator<Item = S>) -> Self {
+        let mut states: Vec<S> = Vec::new();
+        for state in order.into_iter().chain(S::all().iter().copied()) {
+            if !states.contains(&state) {
+                states.push(state);
+            }
+        }
+        self.int_states = Some(states);
+        self
+    }
+
+    /// Whether `CurrentState` is stored as a number
+    /// ([`current_state_as_int`](Self::current_state_as_int)).
+    pub fn has_int_state(&self) -> bool {
+        self.int_states.is_some()
+    }
+
+    /// What the repository stores for `state`: its name, or its number with
+    /// [`current_state_as_int`](Self::current_state_as_int).
+    pub fn stored_state(&self, state: State<S>) -> CurrentState {
+        let Some(states) = &self.int_states else {
+            return CurrentState::Name(state.name().to_owned());
+        };
+        CurrentState::Index(match state {
+            State::Initial => 1,
+            State::Final => 2,
+            State::Is(s) => {
+                let position = states.iter().position(|x| *x == s).unwrap_or_default();
+                i32::try_from(position).map_or(i32::MAX, |p| p.saturating_add(3))
+            }
+        })
+    }
+
+    /// The state a stored `CurrentState` names; `None` for a name or number the machine does
+    /// not declare.
+    pub fn parse_state(&self, stored: &CurrentState) -> Option<State<S>> {
+        match stored {
+            CurrentState::Name(name) => State::parse(name),
+            CurrentState::Index(index) => {
+                let states = self.int_states.as_ref()?;
+                match *index {
+                    0 | 1 => Some(State::Initial),
+                    2 => Some(State::Final),
+                    n => {
+                        let position = usize::try_from(n.checked_sub(3)?).ok()?;
+                        states.get(position).copied().map(State::Is)
+                    }
+                }
+            }
+        }
     }
 
     /// How many event types the machine handles (one consumer each).
@@ -225,6 +371,28 @@ where
             .map(|s| Selector::State(State::Is(s)))
             .collect();
         self.bind(selectors, bind)
+    }
+
+    /// Declares `request` (MassTransit's `Request(() => X, …)`): in every state but `Initial`
+    /// and `Final`, its response clears the instance's pending request id before the actions
+    /// of the state's own `when` run (`DuringAny(When(Completed).CancelRequestTimeout(…))`), and
+    /// so does its fault with [`Request::clear_request_id_on_faulted`]; a timeout that arrives
+    /// after that finds no instance and is discarded. Declare it before the states that handle
+    /// its events.
+    pub fn request<R: Message, P: Message>(self, request: &Request<T, R, P>) -> Self {
+        let completed = request.request_id.clone();
+        let faulted = request.clear_on_faulted.then(|| request.request_id.clone());
+        self.during_any(|s| {
+            let s = s.when(&request.completed, move |b| {
+                b.then(move |c| *completed(&mut c.instance) = None)
+            });
+            match faulted {
+                Some(clear) => s.when(&request.faulted, move |b| {
+                    b.then(move |c| *clear(&mut c.instance) = None)
+                }),
+                None => s.when(&request.faulted, |b| b),
+            }
+        })
     }
 
     /// Events handled in every state except `Initial` and `Final` (MassTransit's `DuringAny`,
@@ -315,34 +483,38 @@ where
         self.conflict_retries
     }
 
-    /// Runs the activities of `activities` on `c`.
-    pub(crate) fn run<M>(
-        &self,
-        activities: &[Activity<T, S, M>],
-        c: &mut BehaviorContext<'_, T, S, M>,
-    ) -> Result<(), ConsumeError> {
-        for activity in activities {
-            match activity {
-                Activity::Then(f) => f(c)?,
-                Activity::TransitionTo(to) => {
-                    let from = c.saga.state;
-                    c.saga.state = *to;
-                    if *to == State::Final && from != State::Final {
-                        for f in &self.finally {
-                            f(&mut c.saga)?;
+    /// Runs the activities of `activities` on `c`, in order.
+    pub(crate) fn run<'c, 'r, M>(
+        &'c self,
+        activities: &'c [Activity<T, S, M>],
+        c: &'c mut BehaviorContext<'r, T, S, M>,
+    ) -> ActionFuture<'c>
+    where
+        M: Sync,
+        'r: 'c,
+    {
+        Box::pin(async move {
+            for activity in activities {
+                match activity {
+                    Activity::Then(f) => f(c)?,
+                    Activity::ThenAsync(f) => f(c).await?,
+                    Activity::TransitionTo(to) => {
+                        let from = c.saga.state;
+                        c.saga.state = *to;
+                        if *to == State::Final && from != State::Final {
+                            for f in &self.finally {
+                                f(&mut c.saga)?;
+                            }
                         }
                     }
-                }
-                Activity::If(condition, yes, no) => {
-                    if condition(c) {
-                        self.run(yes, c)?;
-                    } else {
-                        self.run(no, c)?;
+                    Activity::If(condition, yes, no) => {
+                        let branch = if condition(c) { yes } else { no };
+                        self.run(branch, c).await?;
                     }
                 }
             }
-        }
-        Ok(())
+            Ok(())
+        })
     }
 }
 
@@ -350,6 +522,8 @@ impl<T, S> std::fmt::Debug for StateMachine<T, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StateMachine")
             .field("name", &self.name)
+            .field("dotnet_type", &self.dotnet_type)
+            .field("int_state", &self.int_states.is_some())
             .field("events", &self.registrations.len())
             .field("completed_when_finalized", &self.completed_when_finalized)
             .field("unhandled", &self.unhandled)
@@ -570,6 +744,46 @@ where
         self
     }
 
+    /// An asynchronous action (MassTransit's `ThenAsync`): awaited in order with the others,
+    /// inside the step, so what it changes is saved with the instance (and, behind the inbox,
+    /// in the same transaction). Return the future boxed (`Box::pin(async move { … })`); an
+    /// error fails the message and nothing of the step is saved.
+    ///
+    /// ```
+    /// use ferrybus_saga::{Event, StateMachine};
+    /// # use serde::{Deserialize, Serialize};
+    /// # #[derive(Debug, Serialize, Deserialize, ferrybus_core::Message)]
+    /// # #[message(namespace = "Bookstore.Contracts")]
+    /// # #[serde(rename_all = "camelCase")]
+    /// # struct OrderSubmitted { order_id: uuid::Uuid, customer: String }
+    /// # async fn credit_limit(_customer: &str) -> Result<i64, ferrybus_core::ConsumeError> { Ok(100) }
+    /// ferrybus_saga::saga_states! { enum OrderStatus { Submitted } }
+    /// #[derive(Clone, Debug, Default)]
+    /// struct OrderState { credit_limit: i64 }
+    ///
+    /// let submitted = Event::<OrderSubmitted>::correlated_by(|m| m.order_id);
+    /// let machine = StateMachine::<OrderState, OrderStatus>::new("OrderState").initially(|s| {
+    ///     s.when(&submitted, |b| {
+    ///         b.then_async(|c| Box::pin(async move {
+    ///             c.instance.credit_limit = credit_limit(&c.message().customer).await?;
+    ///             Ok(())
+    ///         }))
+    ///         .transition_to(OrderStatus::Submitted)
+    ///     })
+    /// });
+    /// # let _ = machine;
+    /// ```
+    pub fn then_async<F>(mut self, f: F) -> Self
+    where
+        F: for<'a, 'b> Fn(&'a mut BehaviorContext<'b, T, S, M>) -> ActionFuture<'a>
+            + Send
+            + Sync
+            + 'static,
+    {
+        self.activities.push(Activity::ThenAsync(Box::new(f)));
+        self
+    }
+
     /// Moves the instance to `state` (MassTransit's `TransitionTo`).
     pub fn transition_to(mut self, state: impl Into<State<S>>) -> Self {
         self.activities.push(Activity::TransitionTo(state.into()));
@@ -644,6 +858,22 @@ where
     pub fn unschedule<P: Message>(self, schedule: &Schedule<T, P>) -> Self {
         let token = schedule.token.clone();
         self.then(move |c| *token(&mut c.instance) = None)
+    }
+
+    /// Sends the request `build` makes (MassTransit's `.Request(request, ctx => …)`): see
+    /// [`Request`]. Like a publish, it leaves only if the step is saved; the pending request's
+    /// id is in the instance from then on.
+    pub fn request<R: Message, P: Message>(
+        self,
+        request: &Request<T, R, P>,
+        build: impl Fn(&BehaviorContext<'_, T, S, M>) -> R + Send + Sync + 'static,
+    ) -> Self {
+        let request = request.clone();
+        self.try_then(move |c| {
+            let message = build(c);
+            c.send_request(&request, message)?;
+            Ok(())
+        })
     }
 
     /// Runs the actions `bind` adds only when `condition` holds (MassTransit's `If`).
@@ -842,14 +1072,66 @@ impl<'a, T, S: SagaStates> SagaContext<'a, T, S> {
         let options = SendOptions::new()
             .message_id(id)
             .header(SCHEDULING_TOKEN_ID, id.to_string());
+        self.send_to_self_after(message, delay, options)?;
+        *token(&mut self.instance) = Some(id);
+        Ok(id)
+    }
+
+    /// Sends `message` to this endpoint after `delay` (the transport's delayed send).
+    fn send_to_self_after<P: Message>(
+        &mut self,
+        message: &P,
+        delay: Duration,
+        options: SendOptions,
+    ) -> Result<Uuid, PublishError> {
         let address = self.request.received().input_address.clone();
         let mut built = self
             .request
             .factory()
             .send(&address, message, &self.origin, options)?;
-        ScheduledMessage::delay(&mut built, id, delay);
-        *token(&mut self.instance) = Some(id);
+        let token_id = built.message_id;
+        ScheduledMessage::delay(&mut built, token_id, delay);
         Ok(self.keep(built))
+    }
+
+    /// Sends `message` as `request`'s request (MassTransit's `RequestActivityImpl.SendRequest`):
+    /// a new request id, stored in the instance, this endpoint as the response address, the
+    /// accepted response type, and the timeout scheduled to this endpoint. Returns the id.
+    pub(crate) fn send_request<R: Message, P: Message>(
+        &mut self,
+        request: &Request<T, R, P>,
+        message: R,
+    ) -> Result<Uuid, PublishError> {
+        let request_id = Uuid::now_v7();
+        let input_address = self.request.received().input_address.clone();
+        let mut options = SendOptions::new()
+            .request_id(request_id)
+            .response_address(input_address)
+            .header(
+                REQUEST_ACCEPT_TYPE,
+                serde_json::json!([P::message_type().urn()]),
+            );
+        if let Some(ttl) = request.time_to_live {
+            options = options.time_to_live(ttl);
+        }
+        match &request.service_address {
+            Some(address) => self.send_with(address, &message, options)?,
+            None => self.publish_with(&message, options)?,
+        };
+        *(request.request_id)(&mut self.instance) = Some(request_id);
+        if !request.timeout.is_zero() {
+            let now = Utc::now();
+            let expired = RequestTimeoutExpired {
+                correlation_id: self.correlation_id,
+                timestamp: now,
+                expiration_time: now
+                    + chrono::Duration::from_std(request.timeout).unwrap_or(chrono::Duration::MAX),
+                request_id,
+                message: Some(message),
+            };
+            self.send_to_self_after(&expired, request.timeout, SendOptions::new())?;
+        }
+        Ok(request_id)
     }
 
     fn keep(&mut self, message: OutgoingMessage) -> Uuid {

@@ -39,7 +39,9 @@ use uuid::Uuid;
 
 use ferrybus_sea_orm::{NamingStyle, StoreError, StoreErrorKind, Tables, TransactionExt};
 
-use crate::{SagaChange, SagaError, SagaErrorKind, SagaRepository, SaveOutcome, StoredSaga};
+use crate::{
+    CurrentState, SagaChange, SagaError, SagaErrorKind, SagaRepository, SaveOutcome, StoredSaga,
+};
 
 /// The PostgreSQL type of an instance column.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,6 +112,7 @@ pub struct SagaTable {
     naming: NamingStyle,
     columns: Vec<Column>,
     token: ConcurrencyToken,
+    int_state: bool,
 }
 
 impl SagaTable {
@@ -121,7 +124,21 @@ impl SagaTable {
             naming: NamingStyle::SnakeCase,
             columns: Vec::new(),
             token: ConcurrencyToken::Xmin,
+            int_state: false,
         }
+    }
+
+    /// The state column is an `integer` (MassTransit's `int` `CurrentState`, for a machine
+    /// with [`current_state_as_int`](crate::StateMachine::current_state_as_int)) instead of
+    /// the state's name.
+    pub fn int_state(mut self) -> Self {
+        self.int_state = true;
+        self
+    }
+
+    /// Whether the state column is an integer ([`int_state`](Self::int_state)).
+    pub fn has_int_state(&self) -> bool {
+        self.int_state
     }
 
     /// The schema.
@@ -236,11 +253,15 @@ impl SagaTable {
                     .not_null()
                     .primary_key(),
             )
-            .col(
-                ColumnDef::new(Alias::new(self.state_column()))
-                    .text()
-                    .not_null(),
-            );
+            .col({
+                let mut state = ColumnDef::new(Alias::new(self.state_column()));
+                if self.int_state {
+                    state.integer();
+                } else {
+                    state.text();
+                }
+                state.not_null().to_owned()
+            });
         for column in &self.columns {
             let mut def = ColumnDef::new(Alias::new(column.name.as_str()));
             match column.kind {
@@ -431,7 +452,10 @@ impl<T> PostgresSagaRepository<T> {
             } => {
                 let mut insert = Query::insert();
                 let mut columns = vec![key.clone(), Alias::new(table.state_column())];
-                let mut values: Vec<SimpleExpr> = vec![correlation_id.into(), current_state.into()];
+                let mut values: Vec<SimpleExpr> = vec![
+                    correlation_id.into(),
+                    self.state_value(current_state)?.into(),
+                ];
                 for column in &table.columns {
                     columns.push(Alias::new(column.name.as_str()));
                     values.push(to_value(column, instance.get(&column.field))?.into());
@@ -455,9 +479,10 @@ impl<T> PostgresSagaRepository<T> {
                 version,
             } => {
                 let mut update = Query::update();
-                update
-                    .table(table.table())
-                    .value(Alias::new(table.state_column()), current_state);
+                update.table(table.table()).value(
+                    Alias::new(table.state_column()),
+                    self.state_value(current_state)?,
+                );
                 for column in &table.columns {
                     update.value(
                         Alias::new(column.name.as_str()),
@@ -490,13 +515,60 @@ impl<T> PostgresSagaRepository<T> {
         Ok(statement)
     }
 
+    /// The state column's value for `state`; a name for an integer column (or a number for a
+    /// text one) is a mapping error naming both sides.
+    fn state_value(&self, state: CurrentState) -> Result<Value, ConsumeError> {
+        match (state, self.table.int_state) {
+            (CurrentState::Name(name), false) => Ok(name.into()),
+            (CurrentState::Index(index), true) => Ok(index.into()),
+            (CurrentState::Name(name), true) => Err(mapping(format!(
+                "the state column of {} is an integer (SagaTable::int_state) but the machine \
+                 stores the state name {name:?}: call StateMachine::current_state_as_int",
+                self.table.name
+            ))),
+            (CurrentState::Index(index), false) => Err(mapping(format!(
+                "the machine stores the state as the number {index} \
+                 (StateMachine::current_state_as_int) but the state column of {} is text: \
+                 call SagaTable::int_state",
+                self.table.name
+            ))),
+        }
+    }
+
+    fn find_statement(&self, field: &str, value: &Json) -> Result<Statement, ConsumeError> {
+        let table = &self.table;
+        let column = table
+            .columns
+            .iter()
+            .find(|c| c.field == field)
+            .ok_or_else(|| {
+                mapping(format!(
+                    "events correlate by the field {field:?}, which is no column of {} \
+                     (SagaTable::column)",
+                    table.name
+                ))
+            })?;
+        let mut select = Query::select();
+        select
+            .from(table.table())
+            .column(Alias::new(table.key_column()))
+            .and_where(
+                Expr::col(Alias::new(column.name.as_str())).eq(to_value(column, Some(value))?),
+            );
+        Ok(DbBackend::Postgres.build(&select))
+    }
+
     fn read(
         &self,
         row: &QueryResult,
-    ) -> Result<(Uuid, String, i64, Map<String, Json>), ConsumeError> {
+    ) -> Result<(Uuid, CurrentState, i64, Map<String, Json>), ConsumeError> {
         let table = &self.table;
         let id: Uuid = row.try_get("", table.key_column()).map_err(db)?;
-        let state: String = row.try_get("", table.state_column()).map_err(db)?;
+        let state = if table.int_state {
+            CurrentState::Index(row.try_get("", table.state_column()).map_err(db)?)
+        } else {
+            CurrentState::Name(row.try_get("", table.state_column()).map_err(db)?)
+        };
         let version: i64 = row.try_get("", "__ferrybus_version").map_err(db)?;
         let mut fields = Map::new();
         for column in &table.columns {
@@ -706,6 +778,22 @@ where
             SaveOutcome::Conflict
         })
     }
+
+    async fn find(
+        &self,
+        request: &ConsumeRequest,
+        field: &str,
+        value: &Json,
+    ) -> Result<Vec<Uuid>, ConsumeError> {
+        let txn = request.try_transaction().ok_or_else(no_inbox)?;
+        let rows = txn
+            .query_all_raw(self.find_statement(field, value)?)
+            .await
+            .map_err(db)?;
+        rows.iter()
+            .map(|row| row.try_get("", self.table.key_column()).map_err(db))
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -745,7 +833,7 @@ mod tests {
         let update = repository
             .save_statement(SagaChange::Update {
                 correlation_id: Uuid::nil(),
-                current_state: "Submitted".into(),
+                current_state: CurrentState::from("Submitted"),
                 instance: fields,
                 version: 7,
             })

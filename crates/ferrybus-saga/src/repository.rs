@@ -3,18 +3,77 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use serde::Serialize;
+use serde_json::Value as Json;
 use uuid::Uuid;
 
 use ferrybus_core::consume::ConsumeRequest;
 use ferrybus_core::error::ConsumeError;
+
+use crate::{SagaError, SagaErrorKind};
+
+/// The `CurrentState` column's value: the state's name (MassTransit's default string state) or
+/// its number (`InstanceState(x => x.CurrentState, …)` on an `int` property; see
+/// [`StateMachine::current_state_as_int`](crate::StateMachine::current_state_as_int)).
+///
+/// ```
+/// use ferrybus_saga::CurrentState;
+/// assert_eq!(CurrentState::from("Submitted"), "Submitted");
+/// assert_eq!(CurrentState::Index(3).to_string(), "3");
+/// assert_eq!(CurrentState::Index(3), "3");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum CurrentState {
+    /// The state's name (text column).
+    Name(String),
+    /// The state's number (integer column): `Initial` is 1, `Final` 2, the machine's states 3….
+    Index(i32),
+}
+
+impl std::fmt::Display for CurrentState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CurrentState::Name(name) => f.write_str(name),
+            CurrentState::Index(index) => write!(f, "{index}"),
+        }
+    }
+}
+
+impl From<&str> for CurrentState {
+    fn from(name: &str) -> Self {
+        CurrentState::Name(name.to_owned())
+    }
+}
+
+impl From<String> for CurrentState {
+    fn from(name: String) -> Self {
+        CurrentState::Name(name)
+    }
+}
+
+impl From<i32> for CurrentState {
+    fn from(index: i32) -> Self {
+        CurrentState::Index(index)
+    }
+}
+
+/// A name equals its text, a number its decimal text (`"3"`).
+impl PartialEq<&str> for CurrentState {
+    fn eq(&self, other: &&str) -> bool {
+        match self {
+            CurrentState::Name(name) => name == other,
+            CurrentState::Index(index) => other.parse::<i32>() == Ok(*index),
+        }
+    }
+}
 
 /// An instance as a repository stores it (a row of the instance table).
 #[derive(Clone, Debug, PartialEq)]
 pub struct StoredSaga<T> {
     /// The instance id (`CorrelationId`).
     pub correlation_id: Uuid,
-    /// The state's name (`CurrentState`).
-    pub current_state: String,
+    /// The state (`CurrentState`).
+    pub current_state: CurrentState,
     /// The user's data (the other columns).
     pub instance: T,
     /// The concurrency token read with it (PostgreSQL `xmin` or a version column); passed back to
@@ -29,8 +88,8 @@ pub enum SagaChange<T> {
     Insert {
         /// The id.
         correlation_id: Uuid,
-        /// The state name.
-        current_state: String,
+        /// The state.
+        current_state: CurrentState,
         /// The data.
         instance: T,
     },
@@ -38,8 +97,8 @@ pub enum SagaChange<T> {
     Update {
         /// The id.
         correlation_id: Uuid,
-        /// The state name.
-        current_state: String,
+        /// The state.
+        current_state: CurrentState,
         /// The data.
         instance: T,
         /// The token it was read with.
@@ -90,6 +149,24 @@ pub trait SagaRepository<T>: Send + Sync + 'static {
         request: &ConsumeRequest,
         change: SagaChange<T>,
     ) -> Result<SaveOutcome, ConsumeError>;
+
+    /// The ids of the instances whose field `field` (its serde name) equals `value`, for events
+    /// correlated by a property ([`Event::correlated_by_property`](crate::Event::correlated_by_property),
+    /// MassTransit's `CorrelateBy(x => x.OrderNumber, …)`). Repositories that cannot query
+    /// answer with a [`SagaErrorKind::Mapping`] error (the default).
+    async fn find(
+        &self,
+        request: &ConsumeRequest,
+        field: &str,
+        value: &Json,
+    ) -> Result<Vec<Uuid>, ConsumeError> {
+        let _ = (request, value);
+        Err(SagaError::new(
+            SagaErrorKind::Mapping,
+            format!("this saga repository cannot find instances by the field {field:?}"),
+        )
+        .into())
+    }
 }
 
 #[ferrybus_core::async_trait]
@@ -112,6 +189,15 @@ where
         change: SagaChange<T>,
     ) -> Result<SaveOutcome, ConsumeError> {
         (**self).save(request, change).await
+    }
+
+    async fn find(
+        &self,
+        request: &ConsumeRequest,
+        field: &str,
+        value: &Json,
+    ) -> Result<Vec<Uuid>, ConsumeError> {
+        (**self).find(request, field, value).await
     }
 }
 
@@ -164,9 +250,11 @@ impl<T: Clone> InMemorySagaRepository<T> {
         self.rows().get(&correlation_id).cloned()
     }
 
-    /// The state name of instance `correlation_id`.
+    /// The state of instance `correlation_id` as stored: its name, or its number for a machine
+    /// that stores it as an int.
     pub fn state(&self, correlation_id: Uuid) -> Option<String> {
-        self.get(correlation_id).map(|s| s.current_state)
+        self.get(correlation_id)
+            .map(|s| s.current_state.to_string())
     }
 
     /// How many instances there are.
@@ -214,8 +302,9 @@ impl<T: Clone> InMemorySagaRepository<T> {
         tokio::time::timeout(timeout, wait).await.ok()
     }
 
-    /// Puts an instance in `state` (a test's starting point, or one a .NET service left).
-    pub fn insert(&self, correlation_id: Uuid, state: impl Into<String>, instance: T) {
+    /// Puts an instance in `state` (a test's starting point, or one a .NET service left): a
+    /// name, or a number for a machine that stores it as an int.
+    pub fn insert(&self, correlation_id: Uuid, state: impl Into<CurrentState>, instance: T) {
         self.rows().insert(
             correlation_id,
             StoredSaga {
@@ -230,7 +319,7 @@ impl<T: Clone> InMemorySagaRepository<T> {
 }
 
 #[ferrybus_core::async_trait]
-impl<T: Clone + Send + Sync + 'static> SagaRepository<T> for InMemorySagaRepository<T> {
+impl<T: Clone + Serialize + Send + Sync + 'static> SagaRepository<T> for InMemorySagaRepository<T> {
     async fn load(
         &self,
         _request: &ConsumeRequest,
@@ -293,5 +382,22 @@ impl<T: Clone + Send + Sync + 'static> SagaRepository<T> for InMemorySagaReposit
             self.changed.notify_waiters();
         }
         Ok(outcome)
+    }
+
+    async fn find(
+        &self,
+        _request: &ConsumeRequest,
+        field: &str,
+        value: &Json,
+    ) -> Result<Vec<Uuid>, ConsumeError> {
+        let mut found = Vec::new();
+        for (id, row) in self.rows().iter() {
+            let fields = serde_json::to_value(&row.instance)
+                .map_err(|e| SagaError::new(SagaErrorKind::Mapping, e.to_string()))?;
+            if fields.get(field) == Some(value) {
+                found.push(*id);
+            }
+        }
+        Ok(found)
     }
 }

@@ -17,6 +17,7 @@ use std::fmt;
 /// use ferrybus_saga::SagaStates;
 /// assert_eq!(OrderStatus::Invoiced.name(), "Invoiced");
 /// assert_eq!(OrderStatus::from_name("Submitted"), Some(OrderStatus::Submitted));
+/// assert_eq!(OrderStatus::all(), [OrderStatus::Submitted, OrderStatus::Invoiced]);
 /// ```
 pub trait SagaStates: Copy + Eq + fmt::Debug + Send + Sync + 'static {
     /// The state's name (MassTransit's `State.Name`).
@@ -24,6 +25,11 @@ pub trait SagaStates: Copy + Eq + fmt::Debug + Send + Sync + 'static {
 
     /// The state named `name`, if there is one.
     fn from_name(name: &str) -> Option<Self>;
+
+    /// Every state, in declaration order (the order MassTransit numbers the states an
+    /// [`int` state](crate::StateMachine::current_state_as_int) does not list). It must list
+    /// every variant: [`saga_states!`](crate::saga_states) generates it.
+    fn all() -> &'static [Self];
 }
 
 /// Declares an enum of saga states and implements [`SagaStates`] for it (variant name = state
@@ -58,6 +64,10 @@ macro_rules! saga_states {
                     $(stringify!($variant) => Some($name::$variant),)+
                     _ => None,
                 }
+            }
+
+            fn all() -> &'static [Self] {
+                &[$($name::$variant),+]
             }
         }
     };

@@ -32,7 +32,7 @@ ferrybus_saga::saga_states! {
     enum PaymentStatus { Accepted, Settled }
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 struct PaymentState {
     amount: String,
 }

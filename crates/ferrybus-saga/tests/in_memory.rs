@@ -44,7 +44,7 @@ ferrybus_saga::saga_states! {
     enum OrderStatus { Submitted, Shipped }
 }
 
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 struct OrderState {
     total: String,
     item_count: i32,
@@ -302,7 +302,7 @@ mod scheduling {
         enum Status { Waiting, TimedOut }
     }
 
-    #[derive(Clone, Debug, Default, PartialEq)]
+    #[derive(Clone, Debug, Default, PartialEq, Serialize)]
     struct Instance {
         token: Option<Uuid>,
     }
@@ -403,7 +403,7 @@ mod messaging {
         enum Status { Open, Held }
     }
 
-    #[derive(Clone, Debug, Default)]
+    #[derive(Clone, Debug, Default, Serialize)]
     struct Instance {
         audits: u32,
     }
@@ -478,6 +478,80 @@ mod messaging {
             .is_some_and(|a| a.contains("/replies")));
         let reply: StatusReply = reply.message.bind().unwrap();
         assert_eq!((reply.state.as_str(), reply.audits), ("Held", 1));
+        harness.stop().await;
+    }
+}
+
+mod then_async {
+    use super::*;
+    use std::collections::HashMap;
+    use std::sync::Arc;
+
+    /// An asynchronous lookup (a credit service): the action awaits it inside the step.
+    #[derive(Clone, Default)]
+    struct Credit(Arc<tokio::sync::Mutex<HashMap<String, i32>>>);
+
+    impl Credit {
+        async fn limit(&self, total: &str) -> Result<i32, ferrybus_core::ConsumeError> {
+            tokio::task::yield_now().await;
+            self.0
+                .lock()
+                .await
+                .get(total)
+                .copied()
+                .ok_or_else(|| ferrybus_core::ConsumeError::permanent("no credit line"))
+        }
+    }
+
+    fn machine(credit: Credit) -> StateMachine<OrderState, OrderStatus> {
+        let submitted = Event::<OrderSubmitted>::correlated_by(|m| m.order_id);
+        StateMachine::<OrderState, OrderStatus>::new("OrderState").initially(move |s| {
+            s.when(&submitted, move |b| {
+                b.then(|c| c.instance.total = c.message().total.clone())
+                    .then_async(move |c| {
+                        let credit = credit.clone();
+                        Box::pin(async move {
+                            c.instance.item_count = credit.limit(&c.instance.total).await?;
+                            Ok(())
+                        })
+                    })
+                    .then(|c| c.instance.big = c.instance.item_count > 10)
+                    .transition_to(OrderStatus::Submitted)
+            })
+        })
+    }
+
+    #[tokio::test]
+    async fn an_async_action_runs_in_order_and_a_failing_one_saves_nothing() {
+        let credit = Credit::default();
+        credit.0.lock().await.insert("12.50".into(), 40);
+        let repository = InMemorySagaRepository::new();
+        let harness = harness(machine(credit), &repository).await;
+
+        let order_id = Uuid::now_v7();
+        let id = harness.publish(&submitted(order_id)).await.unwrap();
+        harness.consumed(id).await.unwrap();
+        let stored = repository.get(order_id).expect("an instance");
+        assert_eq!(
+            stored.instance,
+            OrderState {
+                total: "12.50".into(),
+                item_count: 40,
+                big: true,
+            },
+            "the awaited value is saved, and the action after it saw it"
+        );
+
+        let unknown = Uuid::now_v7();
+        let id = harness
+            .publish(&OrderSubmitted {
+                order_id: unknown,
+                total: "99.00".into(),
+            })
+            .await
+            .unwrap();
+        harness.faulted(id).await.unwrap();
+        assert!(repository.get(unknown).is_none(), "nothing saved");
         harness.stop().await;
     }
 }
