@@ -9,21 +9,6 @@ use uuid::Uuid;
 use ferrybus_core::consume::ConsumeContext;
 use ferrybus_core::message::Message;
 
-/// A message that carries the id of the instance it belongs to (MassTransit's
-/// `CorrelatedBy<Guid>`); [`Event::new`] correlates such messages by it.
-///
-/// ```
-/// use ferrybus_saga::Correlated;
-/// struct PaymentReceived { correlation_id: uuid::Uuid }
-/// impl Correlated for PaymentReceived {
-///     fn correlation_id(&self) -> uuid::Uuid { self.correlation_id }
-/// }
-/// ```
-pub trait Correlated {
-    /// The instance's id (`CorrelationId`).
-    fn correlation_id(&self) -> Uuid;
-}
-
 /// What happens to an event whose instance does not exist and that the initial state does not
 /// handle (MassTransit's `OnMissingInstance`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -105,15 +90,28 @@ impl<M> Clone for Event<M> {
     }
 }
 
-impl<M: Message + Correlated> Event<M> {
-    /// An event correlated by the message's own [`Correlated::correlation_id`] (MassTransit's
-    /// default for `CorrelatedBy<Guid>` messages).
+impl<M: Message> Event<M> {
+    /// An event correlated by the message's own id, [`Message::correlation_id`]: the field
+    /// `#[message(correlated_by = "…")]` names (MassTransit's `CorrelatedBy<Guid>`), else the
+    /// `CorrelationId` / `EventId` / `CommandId` convention. A message without one faults.
+    ///
+    /// ```
+    /// use ferrybus_saga::Event;
+    /// # use serde::{Deserialize, Serialize};
+    /// #[derive(Debug, Serialize, Deserialize, ferrybus_core::Message)]
+    /// #[message(namespace = "Bookstore.Contracts")]
+    /// #[serde(rename_all = "camelCase")]
+    /// struct PaymentReceived { correlation_id: uuid::Uuid }
+    ///
+    /// let received = Event::<PaymentReceived>::new();
+    /// # let _ = received;
+    /// ```
     pub fn new() -> Self {
-        Self::correlated_by(Correlated::correlation_id)
+        Self::correlated_by_context(|ctx| ctx.message().correlation_id())
     }
 }
 
-impl<M: Message + Correlated> Default for Event<M> {
+impl<M: Message> Default for Event<M> {
     fn default() -> Self {
         Self::new()
     }

@@ -87,7 +87,7 @@ mod run;
 mod schedule;
 mod state;
 
-pub use event::{Correlated, Event, MissingInstance};
+pub use event::{Event, MissingInstance};
 pub use ferrybus_core::outgoing::SCHEDULING_TOKEN_ID;
 pub use machine::{
     ActionFuture, BehaviorContext, EventBinder, FinallyBinder, SagaContext, SagaEndpointExt,

@@ -360,22 +360,16 @@ mod scheduling {
 mod messaging {
     use ferrybus_core::memory::TestHarness;
     use ferrybus_core::{Message, Publish, SendOptions};
-    use ferrybus_saga::{Correlated, Event, InMemorySagaRepository, SagaEndpointExt, StateMachine};
+    use ferrybus_saga::{Event, InMemorySagaRepository, SagaEndpointExt, StateMachine};
     use serde::{Deserialize, Serialize};
     use uuid::Uuid;
 
-    /// Correlated by its own `CorrelationId` (MassTransit's `CorrelatedBy<Guid>`).
+    /// Correlated by its own `CorrelationId` (the convention `Message::correlation_id` follows).
     #[derive(Debug, Clone, Serialize, Deserialize, Message)]
     #[serde(rename_all = "camelCase")]
     #[message(namespace = "Bookstore.Contracts")]
     struct CheckStatus {
         correlation_id: Uuid,
-    }
-
-    impl Correlated for CheckStatus {
-        fn correlation_id(&self) -> Uuid {
-            self.correlation_id
-        }
     }
 
     /// No id in the payload: correlated by the envelope's `correlationId`.
