@@ -82,6 +82,7 @@
 //! | `TimeSpan` | [`std::time::Duration`] | [`timespan`] | `"00:00:30"`, `"1.02:03:04.5000000"` |
 //! | `TimeSpan` | [`chrono::TimeDelta`] | [`timespan::signed`] | `"-00:00:05"` |
 //! | `Guid` | [`uuid::Uuid`] | [`guid`] | `"9f8e7d6c-5b4a-3928-1706-f5e4d3c2b1a0"` |
+//! | `byte[]` | `Vec<u8>` | [`bytes`] | `"AQID"` (base64) |
 //!
 //! Each module has an `option` submodule for the `Option<_>` of its type: `None` is written as
 //! `null`, and `null` reads as `None`. A field with `with` loses serde's rule that a missing
@@ -158,6 +159,7 @@ mod error;
 mod iso;
 mod type_name;
 
+pub mod bytes;
 pub mod datetime;
 pub mod datetime_offset;
 pub mod decimal;
@@ -168,6 +170,12 @@ pub mod timespan;
 pub use bind::{bind, bind_value};
 pub use error::DotNetValueError;
 pub use type_name::{ParseTypeNameError, TypeName, URN_PREFIX};
+
+/// The date and time types of the helpers (`chrono::DateTime<Utc>`, `NaiveDate` …), re-exported
+/// so that generated contracts (`ferrybus contracts import`) need no dependency of their own.
+pub use chrono;
+/// The `Decimal` of [`decimal`], re-exported for the same reason.
+pub use rust_decimal;
 
 use std::fmt;
 
