@@ -8,6 +8,8 @@
 //! ferrybus migrate [--print | --check]                the messaging tables
 //! ferrybus topology <endpoint>                        declared vs. on the broker
 //! ferrybus envelope inspect [FILE|-]                  a MassTransit body as normalized JSON
+//! ferrybus contracts import FILE.cs… [--output FILE]  Rust for the .NET message contracts
+//! ferrybus contracts check --contracts FILE.cs… --queue QUEUE   payloads vs. contracts
 //! ```
 //!
 //! Every command takes `--amqp-url` / `AMQP_URL` and `--database-url` / `DATABASE_URL`. A
@@ -17,6 +19,7 @@
 
 mod amqp;
 mod check;
+mod contracts;
 mod error;
 mod inspect;
 mod management;
@@ -94,6 +97,9 @@ enum Command {
     /// Work with MassTransit envelopes.
     #[command(subcommand)]
     Envelope(EnvelopeCommand),
+    /// Rust for .NET message contracts (C# files), and their drift from live messages.
+    #[command(subcommand)]
+    Contracts(contracts::ContractsCommand),
 }
 
 /// The verbs of `errors` and `skipped`.
@@ -433,6 +439,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Migrate(args) => migrate(&database_url, &args).await,
         Command::Topology(args) => topology_command(&amqp_url, args).await,
         Command::Envelope(EnvelopeCommand::Inspect { file }) => inspect_command(file.as_deref()),
+        Command::Contracts(command) => contracts::run(&amqp_url, command).await,
     }
 }
 

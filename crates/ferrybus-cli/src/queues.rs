@@ -88,7 +88,7 @@ impl QueueKind {
 }
 
 /// A snapshot of a queue being read (see the module docs).
-struct Snapshot {
+pub(crate) struct Snapshot {
     channel: Channel,
     queue: String,
     total: u32,
@@ -96,7 +96,8 @@ struct Snapshot {
 }
 
 impl Snapshot {
-    async fn open(broker: &Broker, queue: &str) -> Result<Self, CliError> {
+    /// Opens a snapshot of `queue`, which must exist.
+    pub(crate) async fn open(broker: &Broker, queue: &str) -> Result<Self, CliError> {
         let counts = broker.existing_queue(queue).await?;
         Ok(Self {
             channel: broker.channel().await?,
@@ -106,8 +107,13 @@ impl Snapshot {
         })
     }
 
+    /// How many messages were ready when it was opened.
+    pub(crate) fn total(&self) -> u32 {
+        self.total
+    }
+
     /// The next message and what acknowledges it, until the count read at the start is reached.
-    async fn next(&mut self) -> Result<Option<(QueuedMessage, Acker)>, CliError> {
+    pub(crate) async fn next(&mut self) -> Result<Option<(QueuedMessage, Acker)>, CliError> {
         if self.read >= self.total as usize {
             return Ok(None);
         }
@@ -125,7 +131,7 @@ impl Snapshot {
     }
 
     /// Returns every message not removed to its place in the queue.
-    async fn finish(self) -> Result<(), CliError> {
+    pub(crate) async fn finish(self) -> Result<(), CliError> {
         let options = BasicNackOptions {
             multiple: true,
             requeue: true,
@@ -629,7 +635,7 @@ impl Log<'_> {
 }
 
 /// A progress bar on standard error when it is a terminal; nothing otherwise.
-fn progress(total: u32, verb: &str) -> ProgressBar {
+pub(crate) fn progress(total: u32, verb: &str) -> ProgressBar {
     if !std::io::stderr().is_terminal() {
         return ProgressBar::hidden();
     }
