@@ -61,7 +61,11 @@ pub(crate) fn load(files: &[PathBuf]) -> Result<(Model, Vec<String>), CliError> 
         declarations.extend(parse::parse_file(&name, &source)?);
         names.push(name);
     }
-    let (model, diagnostics) = model::build(&declarations);
+    let (model, mut diagnostics) = model::build(&declarations);
+    diagnostics.sort_by_key(|d| {
+        let file = names.iter().position(|n| *n == d.location.file);
+        (file, d.location.line)
+    });
     if !diagnostics.is_empty() {
         let mut stderr = std::io::stderr().lock();
         for diagnostic in &diagnostics {

@@ -304,6 +304,10 @@ impl<'a> Builder<'a> {
                 );
                 continue;
             }
+            if declaration.is_static {
+                // A static class only holds nested types.
+                continue;
+            }
             if declaration.generic {
                 self.diagnose(
                     &declaration.location,

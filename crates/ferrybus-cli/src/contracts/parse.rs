@@ -93,6 +93,8 @@ pub(crate) struct Declaration {
     pub(crate) kind: DeclKind,
     /// Whether it has type parameters.
     pub(crate) generic: bool,
+    /// A `static class`: only a container of nested types, never a message.
+    pub(crate) is_static: bool,
     /// Its base list, in order (for an enum: its underlying type).
     pub(crate) bases: Vec<TypeRef>,
     /// Its attributes.
@@ -250,6 +252,7 @@ impl Walker<'_> {
             outer: outer.to_vec(),
             kind,
             generic,
+            is_static: self.modifiers(node).iter().any(|m| m == "static"),
             bases,
             attributes: self.attributes(node, None),
             properties: Vec::new(),
