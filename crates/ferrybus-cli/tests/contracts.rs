@@ -75,13 +75,16 @@ fn generated_code_needs_only_ferrybus_serde_serde_json_and_uuid() {
     let text = std::fs::read_to_string(fixtures().join("generated.rs")).unwrap();
     let mut roots: Vec<&str> = text
         .match_indices("::")
-        .filter(|(i, _)| *i == 0 || !text[..*i].ends_with(|c: char| c.is_alphanumeric() || c == '_'))
+        .filter(|(i, _)| {
+            *i == 0 || !text[..*i].ends_with(|c: char| c.is_alphanumeric() || c == '_')
+        })
         .filter_map(|(i, _)| text[i + 2..].split("::").next())
         .collect();
     // Paths inside `with = "…"` strings start without `::`.
-    roots.extend(text.match_indices("with = \"").map(|(i, m)| {
-        text[i + m.len()..].split("::").next().unwrap()
-    }));
+    roots.extend(
+        text.match_indices("with = \"")
+            .map(|(i, m)| text[i + m.len()..].split("::").next().unwrap()),
+    );
     roots.sort_unstable();
     roots.dedup();
     assert_eq!(roots, ["ferrybus", "serde", "serde_json", "std", "uuid"]);
@@ -122,7 +125,10 @@ fn payloads_written_by_system_text_json_round_trip() {
     assert_eq!(requested.reason_code, "DAMAGED");
 
     let settlement: SettlementReceived = round_trip("SettlementReceived.json");
-    assert_eq!(settlement.signature.as_deref(), Some(&[0, 1, 2, 3, 4, 5, 6, 7, 8, 9][..]));
+    assert_eq!(
+        settlement.signature.as_deref(),
+        Some(&[0, 1, 2, 3, 4, 5, 6, 7, 8, 9][..])
+    );
     assert_eq!(settlement.entries[1].iban, None);
     assert_eq!(settlement.region, 'E');
 
@@ -145,7 +151,10 @@ fn payloads_written_by_system_text_json_round_trip() {
 #[test]
 fn identities_are_masstransit_s() {
     let t = OrderPlaced::message_type();
-    assert_eq!(t.urn(), "urn:message:Bookstore.Contracts.Orders:OrderPlaced");
+    assert_eq!(
+        t.urn(),
+        "urn:message:Bookstore.Contracts.Orders:OrderPlaced"
+    );
     assert_eq!(t.entity_name(), "order-placed");
     assert_eq!(
         t.urns(),
@@ -172,7 +181,10 @@ fn identities_are_masstransit_s() {
         t.urn(),
         "urn:message:Bookstore.Contracts.Payments:Refunds+Requested"
     );
-    assert_eq!(t.dotnet_name(), "Bookstore.Contracts.Payments.Refunds+Requested");
+    assert_eq!(
+        t.dotnet_name(),
+        "Bookstore.Contracts.Payments.Refunds+Requested"
+    );
     assert_eq!(t.fault().entity_name(), "refund-requested-faults");
 
     let t = ICardPaymentCaptured::message_type();
@@ -206,12 +218,18 @@ fn what_cannot_be_mapped_is_listed_with_file_and_line() {
         "bad/Unmappable.cs:15: Batch is generic",
         "error: 5 things in the C# contracts cannot be mapped",
     ]) {
-        assert!(line.starts_with(prefix), "{line:?} should start with {prefix:?}");
+        assert!(
+            line.starts_with(prefix),
+            "{line:?} should start with {prefix:?}"
+        );
     }
 
     let out = ferrybus_in_fixtures(&["contracts", "import", "Orders.cs", "bad/Broken.cs"]);
     let error = failure(&out, 1);
-    assert!(error.starts_with("error: bad/Broken.cs:5: syntax error"), "{error}");
+    assert!(
+        error.starts_with("error: bad/Broken.cs:5: syntax error"),
+        "{error}"
+    );
     assert!(out.stdout.is_empty());
 }
 
@@ -267,7 +285,10 @@ async fn check_finds_each_kind_of_drift_and_leaves_every_message() {
         (placed_urn, clean),
         (placed_urn, drifted),
         (shipped_urn, shipped),
-        ("urn:message:Bookstore.Contracts.Orders:OrderCancelled", json!({"orderId": "7569172a-7c0e-44fb-a297-54bdebe6ce44"})),
+        (
+            "urn:message:Bookstore.Contracts.Orders:OrderCancelled",
+            json!({"orderId": "7569172a-7c0e-44fb-a297-54bdebe6ce44"}),
+        ),
     ];
     let mut ids = Vec::new();
     for (urn, message) in messages {
@@ -282,13 +303,24 @@ async fn check_finds_each_kind_of_drift_and_leaves_every_message() {
     let dir = fixtures();
     let orders = dir.join("Orders.cs").display().to_string();
     let payments = dir.join("Payments.cs").display().to_string();
-    let args = ["contracts", "check", "--contracts", &orders, &payments, "--queue", &q];
+    let args = [
+        "contracts",
+        "check",
+        "--contracts",
+        &orders,
+        &payments,
+        "--queue",
+        &q,
+    ];
     let mut json_args = args.to_vec();
     json_args.push("--json");
     let out = run(&json_args).await;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
-    assert!(stderr.starts_with("error: 6 errors in the messages of"), "{stderr}");
+    assert!(
+        stderr.starts_with("error: 6 errors in the messages of"),
+        "{stderr}"
+    );
     let reports: Value = serde_json::from_slice(&out.stdout).unwrap();
     let reports = reports.as_array().unwrap();
     assert_eq!(reports.len(), 4);
@@ -349,14 +381,23 @@ async fn check_finds_each_kind_of_drift_and_leaves_every_message() {
     assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8(out.stdout).unwrap();
     println!("{text}");
-    assert!(text.contains(&format!("{}  {placed_urn}\n  matches its contract\n", ids[0])), "{text}");
+    assert!(
+        text.contains(&format!(
+            "{}  {placed_urn}\n  matches its contract\n",
+            ids[0]
+        )),
+        "{text}"
+    );
     assert!(text.contains("  error   missing-member      $.total: OrderPlaced.Total (decimal) is missing; .NET reads its default value\n"), "{text}");
     assert!(text.ends_with(&format!(
         "2 of 4 messages in {q} checked: 3 errors, 1 warnings, 1 notes; they are still in the queue\n"
     )), "{text}");
     for id in &ids {
         let message = probe.get(&q).await.expect("still in the queue");
-        assert_eq!(message.properties.message_id().as_ref().unwrap().as_str(), id);
+        assert_eq!(
+            message.properties.message_id().as_ref().unwrap().as_str(),
+            id
+        );
     }
 
     // An unknown queue.
@@ -365,6 +406,9 @@ async fn check_finds_each_kind_of_drift_and_leaves_every_message() {
     missing_args[6] = &missing;
     let out = run(&missing_args).await;
     let error = failure(&out, 1);
-    assert!(error.contains(&format!("queue {missing} does not exist")), "{error}");
+    assert!(
+        error.contains(&format!("queue {missing} does not exist")),
+        "{error}"
+    );
     probe.cleanup().await;
 }

@@ -686,9 +686,7 @@ impl<'a> Builder<'a> {
                         Shape::String | Shape::Guid | Shape::Int(_) => {
                             Ok(Shape::Map(Box::new(key.clone()), Box::new(value.clone())))
                         }
-                        _ => Err(format!(
-                            "dictionary keys of this type are written as System.Text.Json's key converter decides; only string, Guid and integer keys are mapped"
-                        )),
+                        _ => Err("dictionary keys of this type are written as System.Text.Json's key converter decides; only string, Guid and integer keys are mapped".to_owned()),
                     },
                     _ => Err(format!("generic type {name}<…> has no JSON form the import knows")),
                 }

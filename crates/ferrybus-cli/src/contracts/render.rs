@@ -311,12 +311,11 @@ fn snake_case(name: &str) -> String {
         if c.is_uppercase() && i > 0 {
             let previous = chars[i - 1];
             let next_lower = chars.get(i + 1).is_some_and(|n| n.is_lowercase());
-            if (previous.is_lowercase() || previous.is_ascii_digit())
-                || (previous.is_uppercase() && next_lower)
-            {
-                if !out.ends_with('_') {
-                    out.push('_');
-                }
+            let boundary = previous.is_lowercase()
+                || previous.is_ascii_digit()
+                || (previous.is_uppercase() && next_lower);
+            if boundary && !out.ends_with('_') {
+                out.push('_');
             }
         }
         out.extend(c.to_lowercase());
