@@ -353,6 +353,10 @@ async fn check_finds_each_kind_of_drift_and_leaves_every_message() {
             t("$.giftWrap", "unexpected-member", "warning"),
         ]
     );
+    assert_eq!(
+        reports[1]["findings"][0]["detail"],
+        "a number where .NET wants a string"
+    );
     assert!(reports[1]["findings"][2]["detail"]
         .as_str()
         .unwrap()
@@ -380,7 +384,7 @@ async fn check_finds_each_kind_of_drift_and_leaves_every_message() {
     let out = run(&max_args).await;
     assert_eq!(out.status.code(), Some(1));
     let text = String::from_utf8(out.stdout).unwrap();
-    println!("{text}");
+    println!("{text}{}", String::from_utf8_lossy(&out.stderr));
     assert!(
         text.contains(&format!(
             "{}  {placed_urn}\n  matches its contract\n",
@@ -389,9 +393,12 @@ async fn check_finds_each_kind_of_drift_and_leaves_every_message() {
         "{text}"
     );
     assert!(text.contains("  error   missing-member      $.total: OrderPlaced.Total (decimal) is missing; .NET reads its default value\n"), "{text}");
-    assert!(text.ends_with(&format!(
-        "2 of 4 messages in {q} checked: 3 errors, 1 warnings, 1 notes; they are still in the queue\n"
-    )), "{text}");
+    assert!(
+        text.ends_with(&format!(
+        "2 of 4 messages in {q} checked: 3 errors, 1 warning, 1 note; they are still in the queue\n"
+    )),
+        "{text}"
+    );
     for id in &ids {
         let message = probe.get(&q).await.expect("still in the queue");
         assert_eq!(

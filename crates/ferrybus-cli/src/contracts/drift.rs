@@ -328,10 +328,17 @@ impl Checker<'_> {
         match value {
             Value::String(s) if valid(s) => {}
             Value::String(s) => self.wrong(path, format!("{s:?} is not a .NET {what}")),
-            other => self.wrong(
-                path,
-                format!("{} where .NET wants a string ({what})", kind_of(other)),
-            ),
+            other => {
+                let what = if what == "string" {
+                    String::new()
+                } else {
+                    format!(" ({what})")
+                };
+                self.wrong(
+                    path,
+                    format!("{} where .NET wants a string{what}", kind_of(other)),
+                );
+            }
         }
     }
 

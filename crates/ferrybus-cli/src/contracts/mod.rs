@@ -180,6 +180,11 @@ fn count(reports: &[MessageReport], severity: Severity) -> usize {
         .count()
 }
 
+/// `1 error`, `2 errors`.
+fn counted(n: usize, what: &str) -> String {
+    format!("{n} {what}{}", if n == 1 { "" } else { "s" })
+}
+
 fn print(
     out: &mut impl Write,
     reports: &[MessageReport],
@@ -217,11 +222,11 @@ fn print(
     }
     writeln!(
         out,
-        "{} of {total} messages in {queue} checked: {} errors, {} warnings, {} notes; they are still in the queue",
+        "{} of {total} messages in {queue} checked: {}, {}, {}; they are still in the queue",
         reports.len(),
-        count(reports, Severity::Error),
-        count(reports, Severity::Warning),
-        count(reports, Severity::Note),
+        counted(count(reports, Severity::Error), "error"),
+        counted(count(reports, Severity::Warning), "warning"),
+        counted(count(reports, Severity::Note), "note"),
     )?;
     Ok(())
 }
