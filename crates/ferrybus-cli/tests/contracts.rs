@@ -321,6 +321,7 @@ async fn check_finds_each_kind_of_drift_and_leaves_every_message() {
         stderr.starts_with("error: 6 errors in the messages of"),
         "{stderr}"
     );
+    println!("{}{stderr}", String::from_utf8_lossy(&out.stdout));
     let reports: Value = serde_json::from_slice(&out.stdout).unwrap();
     let reports = reports.as_array().unwrap();
     assert_eq!(reports.len(), 4);
