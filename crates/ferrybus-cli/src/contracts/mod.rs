@@ -12,7 +12,6 @@ pub(crate) mod model;
 pub(crate) mod parse;
 pub(crate) mod render;
 
-use std::fmt;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -23,31 +22,6 @@ use crate::error::{CliError, CliErrorKind};
 use crate::queues::{progress, Snapshot};
 use drift::{Finding, Severity};
 use model::Model;
-
-/// A place in a C# file.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Location {
-    /// The file, as given on the command line.
-    pub(crate) file: String,
-    /// The 1-based line.
-    pub(crate) line: usize,
-}
-
-impl Location {
-    /// Line `line` of `file`.
-    pub(crate) fn new(file: &str, line: usize) -> Self {
-        Self {
-            file: file.to_owned(),
-            line,
-        }
-    }
-}
-
-impl fmt::Display for Location {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.file, self.line)
-    }
-}
 
 /// Reads, parses and maps `files`; what cannot be mapped is printed to standard error, one
 /// `FILE:LINE: reason` line each, and fails the command.

@@ -9,8 +9,8 @@
 
 use std::collections::HashMap;
 
+use super::parse::Location;
 use super::parse::{Attribute, DeclKind, Declaration, TypeRef};
-use super::Location;
 
 /// Something the import cannot map, and where.
 #[derive(Clone, Debug, PartialEq, Eq)]

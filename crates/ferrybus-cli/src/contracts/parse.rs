@@ -3,10 +3,36 @@
 //! Nothing is resolved here (that is [`super::model`]); a file that does not parse is an error
 //! naming its first bad line.
 
+use std::fmt;
+
 use tree_sitter::{Node, Parser};
 
-use super::Location;
 use crate::error::{CliError, CliErrorKind};
+
+/// A place in a C# file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Location {
+    /// The file, as given on the command line.
+    pub(crate) file: String,
+    /// The 1-based line.
+    pub(crate) line: usize,
+}
+
+impl Location {
+    /// Line `line` of `file`.
+    pub(crate) fn new(file: &str, line: usize) -> Self {
+        Self {
+            file: file.to_owned(),
+            line,
+        }
+    }
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.file, self.line)
+    }
+}
 
 /// A type reference as written in C#.
 #[derive(Clone, Debug, PartialEq, Eq)]
