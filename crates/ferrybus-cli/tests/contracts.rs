@@ -118,6 +118,10 @@ fn payloads_written_by_system_text_json_round_trip() {
     assert_eq!(shipped.label, b"%PDF-1.4\n");
     assert_eq!(shipped.handling_time.num_milliseconds(), 93_784_500);
     assert_eq!(shipped.parcel_weight, 1.25);
+    assert_eq!(
+        shipped.delivery_windows[1].to_rfc3339(),
+        "2025-05-27T13:30:00.500+02:00"
+    );
 
     let requested: Requested = round_trip("Requested.json");
     assert_eq!(requested.state, RefundState::Rejected);
@@ -212,7 +216,7 @@ fn what_cannot_be_mapped_is_listed_with_file_and_line() {
     assert_eq!(lines.len(), 6, "{stderr}");
     for (line, prefix) in lines.iter().zip([
         "bad/Unmappable.cs:9: cannot map StockCounted.Largest",
-        "bad/Unmappable.cs:10: cannot map StockCounted.CountedAt: DateTime inside a collection",
+        "bad/Unmappable.cs:10: cannot map StockCounted.CountedAt: DateTime inside a dictionary",
         "bad/Unmappable.cs:11: cannot map StockCounted.Value: type Money",
         "bad/Unmappable.cs:13: StockMoved: base type AuditedEvent is not declared",
         "bad/Unmappable.cs:15: Batch is generic",

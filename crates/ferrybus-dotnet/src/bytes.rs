@@ -58,6 +58,25 @@ pub mod option {
     crate::option_of_parent!(Vec<u8>);
 }
 
+/// `Vec<Vec<u8>>`: a JSON array, each element in .NET's form.
+///
+/// ```
+/// use serde::{Deserialize, Serialize};
+///
+/// #[derive(Serialize, Deserialize)]
+/// struct Values {
+///     #[serde(with = "ferrybus_dotnet::bytes::vec")]
+///     values: Vec<Vec<u8>>,
+/// }
+///
+/// let json = r#"{"values":["AQID",""]}"#;
+/// let values: Values = serde_json::from_str(json).unwrap();
+/// assert_eq!(serde_json::to_string(&values).unwrap(), json);
+/// ```
+pub mod vec {
+    crate::vec_of_parent!(Vec<u8>);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

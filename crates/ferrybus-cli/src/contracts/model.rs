@@ -621,7 +621,7 @@ impl<'a> Builder<'a> {
                 return None;
             }
         }
-        if let Err(reason) = check_helpers(&shape, true) {
+        if let Err(reason) = check_helpers(&shape) {
             self.diagnose(
                 &property.location,
                 format!("cannot map {context}: {reason}"),
@@ -727,17 +727,23 @@ impl<'a> Builder<'a> {
     }
 }
 
-/// Refuses a shape whose Rust form would need one of ferrybus's .NET helpers where a field
-/// attribute cannot reach (inside a collection or a nullable collection).
-fn check_helpers(shape: &Shape, top: bool) -> Result<(), String> {
+/// Refuses a shape whose Rust form would need one of ferrybus's .NET helpers where none
+/// reaches: a helper applies to a field, a nullable field or a list (`vec`), nothing deeper.
+fn check_helpers(shape: &Shape) -> Result<(), String> {
     match shape {
-        s if s.needs_helper() && !top => Err(format!(
-            "{} inside a collection: ferrybus's .NET serde helper for it applies to a field or a nullable field only",
+        s if s.needs_helper() => Ok(()),
+        Shape::Nullable(inner) | Shape::List(inner) if inner.needs_helper() => Ok(()),
+        other => nested_helpers(other),
+    }
+}
+
+fn nested_helpers(shape: &Shape) -> Result<(), String> {
+    match shape {
+        s if s.needs_helper() => Err(format!(
+            "{} inside a dictionary, a nullable collection or a nested collection: ferrybus's .NET serde helpers apply to a field, a nullable field or a list of it",
             dotnet_name(s)
         )),
-        Shape::Nullable(inner) => check_helpers(inner, top),
-        Shape::List(inner) => check_helpers(inner, false),
-        Shape::Map(_, value) => check_helpers(value, false),
+        Shape::Nullable(inner) | Shape::List(inner) | Shape::Map(_, inner) => nested_helpers(inner),
         _ => Ok(()),
     }
 }
@@ -955,7 +961,7 @@ public class M {
             r#"namespace N;
 public record A(
     (int, int) Pair,
-    List<DateTime> Times,
+    Dictionary<string, DateTime> Times,
     Money Price,
     Dictionary<Status, int> ByStatus);
 public enum Status { X }
@@ -974,7 +980,7 @@ public record G<T>(T Value);
         );
         assert!(lines
             .iter()
-            .any(|(l, m)| *l == 4 && m.contains("DateTime inside a collection")));
+            .any(|(l, m)| *l == 4 && m.contains("DateTime inside a dictionary")));
         assert!(lines
             .iter()
             .any(|(l, m)| *l == 5 && m.contains("type Money")));

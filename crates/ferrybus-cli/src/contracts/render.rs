@@ -108,11 +108,14 @@ fn message_attributes(out: &mut String, contract: &Contract) {
 
 /// The `with = …` (and `default`) of a field whose shape needs a .NET helper.
 fn helper(shape: &Shape) -> Option<String> {
-    let (inner, option) = match shape {
-        Shape::Nullable(inner) => (&**inner, true),
-        other => (other, false),
+    let (inner, wrapper) = match shape {
+        Shape::Nullable(inner) => (&**inner, "::option"),
+        Shape::List(inner) => (&**inner, "::vec"),
+        other => (other, ""),
     };
     let module = match inner {
+        // A list of decimals needs no helper: rust_decimal's own serde writes strings.
+        Shape::Decimal if wrapper == "::vec" => return None,
         Shape::Decimal => "decimal",
         Shape::DateTime => "datetime",
         Shape::DateTimeOffset => "datetime_offset",
@@ -120,11 +123,14 @@ fn helper(shape: &Shape) -> Option<String> {
         Shape::Bytes => "bytes",
         _ => return None,
     };
-    Some(if option {
-        format!("default, with = \"ferrybus::dotnet::{module}::option\"")
+    let default = if wrapper == "::option" {
+        "default, "
     } else {
-        format!("with = \"ferrybus::dotnet::{module}\"")
-    })
+        ""
+    };
+    Some(format!(
+        "{default}with = \"ferrybus::dotnet::{module}{wrapper}\""
+    ))
 }
 
 /// The Rust type of a shape; `owner` is the contract being rendered (a direct reference to
@@ -380,7 +386,7 @@ public interface IEvent { }
 public enum Kind : byte { A = 1, B = 2, Alias = 2 }
 [Flags] public enum Bits { None = 0, One = 1 }
 [EntityName("placed")]
-public record Placed(decimal Total, DateTime? At, Kind Kind, string OrderID) : IEvent;
+public record Placed(decimal Total, DateTime? At, Kind Kind, string OrderID, List<TimeSpan> Waits, decimal[] Prices) : IEvent;
 "#,
             )
             .unwrap(),
@@ -393,6 +399,8 @@ public record Placed(decimal Total, DateTime? At, Kind Kind, string OrderID) : I
             "    #[serde(alias = \"At\", default, with = \"ferrybus::dotnet::datetime::option\")]\n    pub at: ::std::option::Option<::ferrybus::dotnet::chrono::DateTime<::ferrybus::dotnet::chrono::Utc>>,",
             "    #[serde(rename = \"orderID\", alias = \"OrderID\")]\n    pub order_id: ::std::string::String,",
             "#[serde(into = \"u8\", try_from = \"u8\")]\n#[repr(u8)]\npub enum Kind {",
+            "    #[serde(alias = \"Waits\", with = \"ferrybus::dotnet::timespan::signed::vec\")]\n    pub waits: ::std::vec::Vec<::ferrybus::dotnet::chrono::TimeDelta>,",
+            "    #[serde(alias = \"Prices\")]\n    pub prices: ::std::vec::Vec<::ferrybus::dotnet::rust_decimal::Decimal>,",
             "    // C# `Alias` = 2 is another name of `B`.",
             "            2 => Ok(Self::B),",
             "pub struct Bits(pub i32);",
