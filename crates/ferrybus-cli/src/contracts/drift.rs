@@ -187,7 +187,20 @@ impl Checker<'_> {
 
     fn value(&mut self, shape: &Shape, value: &Value, path: &str) {
         if value.is_null() {
-            if !is_reference(shape) {
+            if matches!(
+                shape,
+                Shape::String | Shape::Bytes | Shape::List(_) | Shape::Map(..) | Shape::Contract(_)
+            ) {
+                self.push(
+                    path,
+                    Kind::WrongShape,
+                    Severity::Note,
+                    format!(
+                        "null for a non-nullable {}: .NET reads it, Rust types imported from the contract refuse it (declare it with `?`)",
+                        describe(self.model, shape)
+                    ),
+                );
+            } else if !is_reference(shape) {
                 self.wrong(
                     path,
                     format!("null where .NET expects a {}", describe(self.model, shape)),
