@@ -293,7 +293,13 @@ impl Walker<'_> {
             self.out.push(declaration);
             return;
         }
-        if let Some(parameters) = self.child_of_kind(node, "parameter_list") {
+        // Positional parameters are properties of a record only (a class's primary constructor
+        // parameters are not).
+        let record = matches!(kind, DeclKind::Record | DeclKind::RecordStruct);
+        if let Some(parameters) = self
+            .child_of_kind(node, "parameter_list")
+            .filter(|_| record)
+        {
             declaration.properties = self.parameters(parameters);
         }
         let body = node
@@ -742,11 +748,19 @@ namespace Shop { namespace Events {
         public List<Dictionary<string, Guid?>>? Nested { get; set; }
         public byte[] Bytes { get; set; }
     }
+    public class Primary(string name) { public string Name { get; } = name; }
 } }
 "#,
         );
         let names: Vec<_> = declarations.iter().map(|d| d.name.as_str()).collect();
-        assert_eq!(names, ["Outer", "Inner"]);
+        assert_eq!(names, ["Outer", "Inner", "Primary"]);
+        let primary = &declarations[2];
+        let props: Vec<_> = primary.properties.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(
+            props,
+            ["Name"],
+            "a class's primary constructor parameters are no properties"
+        );
         let outer = &declarations[0];
         assert_eq!(outer.namespace.as_deref(), Some("Shop.Events"));
         assert_eq!(outer.summary.as_deref(), Some("Outer Guid thing."));
