@@ -450,6 +450,20 @@ impl<'a> Builder<'a> {
                 fields.push(field);
             }
         }
+        let mut rust_names: Vec<(String, &str)> = Vec::new();
+        for field in &fields {
+            let rust = field_name(&field.cs_name);
+            if let Some((_, other)) = rust_names.iter().find(|(r, _)| *r == rust) {
+                self.diagnose(
+                    &field.location,
+                    format!(
+                        "{}.{} and {}.{other} would both be the Rust field {rust}",
+                        declaration.name, field.cs_name, declaration.name
+                    ),
+                );
+            }
+            rust_names.push((rust, &field.cs_name));
+        }
         let urn = attribute(&declaration.attributes, "MessageUrn").and_then(|a| {
             if a.args
                 .get(1)
@@ -800,6 +814,52 @@ fn type_name(declaration: &Declaration) -> String {
     parts.join("+")
 }
 
+/// The snake_case Rust field name of a C# property (`OrderID` → `order_id`), raw or suffixed
+/// when it is a keyword.
+pub(crate) fn field_name(cs_name: &str) -> String {
+    let snake = snake_case(cs_name);
+    const RAW: [&str; 44] = [
+        "as", "async", "await", "break", "const", "continue", "dyn", "else", "enum", "extern",
+        "false", "fn", "for", "if", "impl", "in", "let", "loop", "match", "mod", "move", "mut",
+        "pub", "ref", "return", "static", "struct", "trait", "true", "type", "unsafe", "use",
+        "where", "while", "abstract", "become", "box", "do", "final", "macro", "override", "priv",
+        "typeof", "yield",
+    ];
+    match snake.as_str() {
+        "self" | "super" | "crate" | "_" => format!("{snake}_"),
+        s if RAW.contains(&s) || matches!(s, "try" | "gen" | "unsized" | "virtual") => {
+            format!("r#{snake}")
+        }
+        s if s.starts_with(|c: char| c.is_ascii_digit()) => format!("_{snake}"),
+        _ => snake,
+    }
+}
+
+pub(crate) fn snake_case(name: &str) -> String {
+    let chars: Vec<char> = name.chars().collect();
+    let mut out = String::new();
+    for (i, &c) in chars.iter().enumerate() {
+        if c == '_' {
+            if !out.ends_with('_') && !out.is_empty() {
+                out.push('_');
+            }
+            continue;
+        }
+        if c.is_uppercase() && i > 0 {
+            let previous = chars[i - 1];
+            let next_lower = chars.get(i + 1).is_some_and(|n| n.is_lowercase());
+            let boundary = previous.is_lowercase()
+                || previous.is_ascii_digit()
+                || (previous.is_uppercase() && next_lower);
+            if boundary && !out.ends_with('_') {
+                out.push('_');
+            }
+        }
+        out.extend(c.to_lowercase());
+    }
+    out
+}
+
 /// System.Text.Json's `JsonNamingPolicy.CamelCase`: the leading run of capitals lowered, but
 /// the last of a run followed by a lower-case letter kept (`URLValue` → `urlValue`, `OrderID`
 /// → `orderID`).
@@ -967,13 +1027,19 @@ public record A(
 public enum Status { X }
 public record B : Unknown;
 public record G<T>(T Value);
+public class C { public int Name { get; set; } public int NAME { get; set; } }
 "#,
         );
         let lines: Vec<_> = diagnostics
             .iter()
             .map(|d| (d.location.line, d.message.as_str()))
             .collect();
-        assert_eq!(lines.len(), 6, "{lines:#?}");
+        assert_eq!(lines.len(), 7, "{lines:#?}");
+        assert!(
+            lines.iter().any(|(l, m)| *l == 10
+                && m.contains("C.NAME and C.Name would both be the Rust field name")),
+            "{lines:#?}"
+        );
         assert!(
             lines.iter().any(|(l, m)| *l == 3 && m.contains("A.Pair")),
             "{lines:#?}"

@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use super::model::{Contract, EnumModel, Item, Model, Shape};
+use super::model::{field_name, snake_case, Contract, EnumModel, Item, Model, Shape};
 
 /// The whole output for `files` (shown in the header).
 pub(crate) fn render(model: &Model, files: &[String]) -> String {
@@ -281,52 +281,6 @@ fn render_flags(out: &mut String, model: &EnumModel) {
 /// A Rust string literal.
 fn quoted(text: &str) -> String {
     format!("{text:?}")
-}
-
-/// The snake_case Rust field name of a C# property (`OrderID` → `order_id`), raw or suffixed
-/// when it is a keyword.
-pub(crate) fn field_name(cs_name: &str) -> String {
-    let snake = snake_case(cs_name);
-    const RAW: [&str; 44] = [
-        "as", "async", "await", "break", "const", "continue", "dyn", "else", "enum", "extern",
-        "false", "fn", "for", "if", "impl", "in", "let", "loop", "match", "mod", "move", "mut",
-        "pub", "ref", "return", "static", "struct", "trait", "true", "type", "unsafe", "use",
-        "where", "while", "abstract", "become", "box", "do", "final", "macro", "override", "priv",
-        "typeof", "yield",
-    ];
-    match snake.as_str() {
-        "self" | "super" | "crate" | "_" => format!("{snake}_"),
-        s if RAW.contains(&s) || matches!(s, "try" | "gen" | "unsized" | "virtual") => {
-            format!("r#{snake}")
-        }
-        s if s.starts_with(|c: char| c.is_ascii_digit()) => format!("_{snake}"),
-        _ => snake,
-    }
-}
-
-fn snake_case(name: &str) -> String {
-    let chars: Vec<char> = name.chars().collect();
-    let mut out = String::new();
-    for (i, &c) in chars.iter().enumerate() {
-        if c == '_' {
-            if !out.ends_with('_') && !out.is_empty() {
-                out.push('_');
-            }
-            continue;
-        }
-        if c.is_uppercase() && i > 0 {
-            let previous = chars[i - 1];
-            let next_lower = chars.get(i + 1).is_some_and(|n| n.is_lowercase());
-            let boundary = previous.is_lowercase()
-                || previous.is_ascii_digit()
-                || (previous.is_uppercase() && next_lower);
-            if boundary && !out.ends_with('_') {
-                out.push('_');
-            }
-        }
-        out.extend(c.to_lowercase());
-    }
-    out
 }
 
 fn screaming(name: &str) -> String {
