@@ -9,6 +9,8 @@
 //! ferrybus topology <endpoint>                        declared vs. on the broker
 //! ferrybus envelope inspect [FILE|-]                  a MassTransit body as normalized JSON
 //! ferrybus trace MESSAGE_ID                           one message in the inbox, outbox, sagas, queues
+//! ferrybus contracts import FILE.cs… [--output FILE]  Rust for the .NET message contracts
+//! ferrybus contracts check --contracts FILE.cs… --queue QUEUE   payloads vs. contracts
 //! ```
 //!
 //! Every command takes `--amqp-url` / `AMQP_URL` and `--database-url` / `DATABASE_URL`. A
@@ -18,6 +20,7 @@
 
 mod amqp;
 mod check;
+mod contracts;
 mod error;
 mod inspect;
 mod management;
@@ -99,6 +102,9 @@ enum Command {
     /// What happened to one message: its inbox rows, the outbox rows it produced, the saga
     /// instances it is linked to, its copies in `_error` and `_skipped` queues.
     Trace(trace::TraceArgs),
+    /// Rust for .NET message contracts (C# files), and their drift from live messages.
+    #[command(subcommand)]
+    Contracts(contracts::ContractsCommand),
 }
 
 /// The verbs of `errors` and `skipped`.
@@ -439,6 +445,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Topology(args) => topology_command(&amqp_url, args).await,
         Command::Envelope(EnvelopeCommand::Inspect { file }) => inspect_command(file.as_deref()),
         Command::Trace(args) => trace::run(&amqp_url, &database_url, args).await,
+        Command::Contracts(command) => contracts::run(&amqp_url, command).await,
     }
 }
 

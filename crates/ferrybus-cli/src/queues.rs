@@ -108,6 +108,11 @@ impl Snapshot {
         })
     }
 
+    /// How many messages were ready when it was opened.
+    pub(crate) fn total(&self) -> u32 {
+        self.total
+    }
+
     /// The next message and what acknowledges it, until the count read at the start is reached.
     pub(crate) async fn next(&mut self) -> Result<Option<(QueuedMessage, Acker)>, CliError> {
         if self.read >= self.total as usize {

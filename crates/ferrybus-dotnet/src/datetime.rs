@@ -152,6 +152,28 @@ pub mod option {
     crate::option_of_parent!(DateTime<Utc>);
 }
 
+/// `Vec<DateTime<Utc>>`: a JSON array, each element in .NET's form.
+///
+/// ```
+/// use serde::{Deserialize, Serialize};
+/// use chrono::{DateTime, Utc};
+///
+/// #[derive(Serialize, Deserialize)]
+/// struct Values {
+///     #[serde(with = "ferrybus_dotnet::datetime::vec")]
+///     values: Vec<DateTime<Utc>>,
+/// }
+///
+/// let json = r#"{"values":["2025-05-24T18:39:56.3305069Z","2021-05-14T00:00:00Z"]}"#;
+/// let values: Values = serde_json::from_str(json).unwrap();
+/// assert_eq!(serde_json::to_string(&values).unwrap(), json);
+/// ```
+pub mod vec {
+    use chrono::{DateTime, Utc};
+
+    crate::vec_of_parent!(DateTime<Utc>);
+}
+
 #[cfg(test)]
 mod tests {
     use chrono::{NaiveDate, TimeZone, Timelike};

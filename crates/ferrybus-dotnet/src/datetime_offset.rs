@@ -153,6 +153,28 @@ pub mod option {
     crate::option_of_parent!(DateTime<FixedOffset>);
 }
 
+/// `Vec<DateTime<FixedOffset>>`: a JSON array, each element in .NET's form.
+///
+/// ```
+/// use serde::{Deserialize, Serialize};
+/// use chrono::{DateTime, FixedOffset};
+///
+/// #[derive(Serialize, Deserialize)]
+/// struct Values {
+///     #[serde(with = "ferrybus_dotnet::datetime_offset::vec")]
+///     values: Vec<DateTime<FixedOffset>>,
+/// }
+///
+/// let json = r#"{"values":["2018-05-08T07:17:03.6952914+02:00"]}"#;
+/// let values: Values = serde_json::from_str(json).unwrap();
+/// assert_eq!(serde_json::to_string(&values).unwrap(), json);
+/// ```
+pub mod vec {
+    use chrono::{DateTime, FixedOffset};
+
+    crate::vec_of_parent!(DateTime<FixedOffset>);
+}
+
 #[cfg(test)]
 mod tests {
     use chrono::{TimeZone, Timelike};

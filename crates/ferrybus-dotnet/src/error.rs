@@ -40,6 +40,9 @@ pub enum DotNetValueError {
          optionally in braces or parentheses, or without hyphens"
     )]
     Guid(String),
+    /// The text is not base64, as .NET writes a `byte[]` (the first 40 characters).
+    #[error("invalid .NET byte[] {0:?}: expected base64 text such as \"AQID\"")]
+    Bytes(String),
     /// The value is well-formed but outside what the .NET type can hold.
     #[error("{value} is out of range for a .NET {kind} ({range})")]
     OutOfRange {

@@ -82,8 +82,10 @@
 //! | `TimeSpan` | [`std::time::Duration`] | [`timespan`] | `"00:00:30"`, `"1.02:03:04.5000000"` |
 //! | `TimeSpan` | [`chrono::TimeDelta`] | [`timespan::signed`] | `"-00:00:05"` |
 //! | `Guid` | [`uuid::Uuid`] | [`guid`] | `"9f8e7d6c-5b4a-3928-1706-f5e4d3c2b1a0"` |
+//! | `byte[]` | `Vec<u8>` | [`bytes`] | `"AQID"` (base64) |
 //!
-//! Each module has an `option` submodule for the `Option<_>` of its type: `None` is written as
+//! Each module has an `option` submodule for the `Option<_>` of its type (and `datetime`,
+//! `datetime_offset`, `timespan::signed` and `bytes` a `vec` submodule for a `Vec<_>` of it): `None` is written as
 //! `null`, and `null` reads as `None`. A field with `with` loses serde's rule that a missing
 //! `Option` is `None`, so add `default`:
 //! `#[serde(default, with = "ferrybus_dotnet::datetime::option")]`. Add
@@ -158,6 +160,7 @@ mod error;
 mod iso;
 mod type_name;
 
+pub mod bytes;
 pub mod datetime;
 pub mod datetime_offset;
 pub mod decimal;
@@ -168,6 +171,12 @@ pub mod timespan;
 pub use bind::{bind, bind_value};
 pub use error::DotNetValueError;
 pub use type_name::{ParseTypeNameError, TypeName, URN_PREFIX};
+
+/// The date and time types of the helpers (`chrono::DateTime<Utc>`, `NaiveDate` …), re-exported
+/// so that generated contracts (`ferrybus contracts import`) need no dependency of their own.
+pub use chrono;
+/// The `Decimal` of [`decimal`], re-exported for the same reason.
+pub use rust_decimal;
 
 use std::fmt;
 
@@ -226,6 +235,47 @@ macro_rules! option_of_parent {
 }
 use option_of_parent;
 
+/// The body of a helper module's `vec` submodule: `serialize` and `deserialize` of
+/// `Vec<$value>` through the parent module's pair, each element in .NET's form.
+macro_rules! vec_of_parent {
+    ($value:ty) => {
+        enum ParentForm {}
+
+        impl $crate::Form for ParentForm {
+            type Value = $value;
+
+            fn serialize<S: ::serde::Serializer>(
+                value: &$value,
+                serializer: S,
+            ) -> Result<S::Ok, S::Error> {
+                super::serialize(value, serializer)
+            }
+
+            fn deserialize<'de, D: ::serde::Deserializer<'de>>(
+                deserializer: D,
+            ) -> Result<$value, D::Error> {
+                super::deserialize(deserializer)
+            }
+        }
+
+        /// Writes a JSON array, each element as [`super::serialize`] does.
+        pub fn serialize<S: ::serde::Serializer>(
+            values: &[$value],
+            serializer: S,
+        ) -> Result<S::Ok, S::Error> {
+            $crate::serialize_vec::<ParentForm, S>(values, serializer)
+        }
+
+        /// Reads a JSON array, each element as [`super::deserialize`] does.
+        pub fn deserialize<'de, D: ::serde::Deserializer<'de>>(
+            deserializer: D,
+        ) -> Result<Vec<$value>, D::Error> {
+            $crate::deserialize_vec::<ParentForm, D>(deserializer)
+        }
+    };
+}
+use vec_of_parent;
+
 /// A borrowed value serialized with the form `F`.
 struct SerializeWith<'a, F: Form>(&'a F::Value);
 
@@ -260,6 +310,24 @@ fn deserialize_option<'de, F: Form, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Option<F::Value>, D::Error> {
     Ok(Option::<DeserializeWith<F>>::deserialize(deserializer)?.map(|value| value.0))
+}
+
+/// `serialize` of a `vec` submodule: an array of elements in the form `F`.
+fn serialize_vec<F: Form, S: Serializer>(
+    values: &[F::Value],
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_seq(values.iter().map(SerializeWith::<F>))
+}
+
+/// `deserialize` of a `vec` submodule: an array of elements in the form `F`.
+fn deserialize_vec<'de, F: Form, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Vec<F::Value>, D::Error> {
+    Ok(Vec::<DeserializeWith<F>>::deserialize(deserializer)?
+        .into_iter()
+        .map(|value| value.0)
+        .collect())
 }
 
 /// Reads a string and parses it with `parse`; anything but a string is an invalid type, with

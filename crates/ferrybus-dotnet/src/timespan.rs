@@ -349,6 +349,29 @@ pub mod signed {
 
         crate::option_of_parent!(TimeDelta);
     }
+
+    /// `Vec<TimeDelta>`: a JSON array, each element in .NET's form.
+    ///
+    /// ```
+    /// use chrono::TimeDelta;
+    /// use serde::{Deserialize, Serialize};
+    ///
+    /// #[derive(Serialize, Deserialize)]
+    /// struct Values {
+    ///     #[serde(with = "ferrybus_dotnet::timespan::signed::vec")]
+    ///     values: Vec<TimeDelta>,
+    /// }
+    ///
+    /// let json = r#"{"values":["-00:00:05","1.02:03:04.5000000"]}"#;
+    /// let values: Values = serde_json::from_str(json).unwrap();
+    /// assert_eq!(values.values[0], TimeDelta::seconds(-5));
+    /// assert_eq!(serde_json::to_string(&values).unwrap(), json);
+    /// ```
+    pub mod vec {
+        use chrono::TimeDelta;
+
+        crate::vec_of_parent!(TimeDelta);
+    }
 }
 
 #[cfg(test)]
