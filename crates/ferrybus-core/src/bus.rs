@@ -15,8 +15,8 @@ use tokio_util::sync::CancellationToken;
 use crate::consume::BoxConsumeLayer;
 use crate::endpoint::{BoxEndpointLayer, EndpointConfig, EndpointContext};
 use crate::error::{BoxError, ConfigError};
-use crate::outgoing::MessageFactory;
 use crate::outgoing::SharedSink;
+use crate::outgoing::{MessageFactory, Serializer};
 use crate::storage::{Background, Storage};
 
 /// Makes the layer an add-on puts on one endpoint, from the endpoint's input address.
@@ -44,6 +44,7 @@ pub struct BusConfig {
     storage: Option<Arc<dyn Storage>>,
     endpoint_layers: Vec<EndpointLayerFn>,
     consumer_layers: Vec<BoxConsumeLayer>,
+    serializer: Serializer,
 }
 
 impl BusConfig {
@@ -90,6 +91,28 @@ impl BusConfig {
     pub fn consumer_layer(mut self, layer: BoxConsumeLayer) -> Self {
         self.consumer_layers.push(layer);
         self
+    }
+
+    /// Writes every message of the bus — published, sent, responses, faults, scheduled, from
+    /// sagas and through outboxes — with `serializer`, and lets its endpoints read that form
+    /// besides envelopes, unless an endpoint sets its own
+    /// ([`EndpointConfig::serializer`]). MassTransit's `cfg.UseRawJsonSerializer()` is
+    /// `serializer(Serializer::raw_json())`.
+    ///
+    /// ```
+    /// use ferrybus_core::outgoing::Serializer;
+    /// use ferrybus_core::BusConfig;
+    /// let bus = BusConfig::default().serializer(Serializer::raw_json());
+    /// assert_eq!(bus.serializer_ref(), Serializer::raw_json());
+    /// ```
+    pub fn serializer(mut self, serializer: Serializer) -> Self {
+        self.serializer = serializer;
+        self
+    }
+
+    /// The bus's serializer, for the transport's [`MessageFactory`].
+    pub fn serializer_ref(&self) -> Serializer {
+        self.serializer
     }
 
     /// The endpoints.
@@ -181,6 +204,7 @@ impl std::fmt::Debug for BusConfig {
             .field("storage", &self.storage.is_some())
             .field("endpoint_layers", &self.endpoint_layers.len())
             .field("consumer_layers", &self.consumer_layers.len())
+            .field("serializer", &self.serializer)
             .finish()
     }
 }

@@ -30,7 +30,12 @@ fn the_correlation_id_convention_yields_to_the_caller() {
     let sent = factory.send("queue:q", &event, &origin, explicit).unwrap();
     assert_eq!(sent.correlation_id, Some(Uuid::from_u128(6)));
     let raw = factory
-        .send("queue:q", &event, &origin, SendOptions::new().raw_json())
+        .send(
+            "queue:q",
+            &event,
+            &origin,
+            SendOptions::new().serializer(ferrybus_core::outgoing::Serializer::raw_json()),
+        )
         .unwrap();
     assert_eq!(
         raw.headers.get_str("CorrelationId"),

@@ -53,4 +53,15 @@ pub enum DotNetValueError {
         /// The range the .NET type accepts.
         range: &'static str,
     },
+    /// A consumer or saga type whose name is only the suffix an endpoint name drops
+    /// (`Consumer`, `Saga`), which MassTransit's endpoint name formatters refuse.
+    #[error("a {kind} may not be named {suffix:?}: add a meaningful prefix to {type_name:?}")]
+    EndpointName {
+        /// `consumer` or `saga`.
+        kind: &'static str,
+        /// The suffix, `Consumer` or `Saga`.
+        suffix: String,
+        /// The .NET type name given.
+        type_name: String,
+    },
 }

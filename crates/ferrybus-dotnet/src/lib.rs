@@ -1,6 +1,7 @@
 //! .NET on the wire, for ferrybus and its derive macro: MassTransit's type names and URNs
 //! ([`TypeName`], the one grammar both use), payload binding with .NET's case-insensitive
-//! property names ([`bind()`]), and serde helpers that write and read values as .NET does.
+//! property names ([`bind()`]), serde helpers that write and read values as .NET does, and
+//! MassTransit's endpoint (queue) names for .NET type names ([`EndpointNameFormatter`]).
 //!
 //! # Values
 //!
@@ -156,6 +157,7 @@
 //! ```
 
 mod bind;
+mod endpoint_name;
 mod error;
 mod iso;
 mod type_name;
@@ -169,6 +171,7 @@ pub mod local_datetime;
 pub mod timespan;
 
 pub use bind::{bind, bind_value};
+pub use endpoint_name::EndpointNameFormatter;
 pub use error::DotNetValueError;
 pub use type_name::{ParseTypeNameError, TypeName, URN_PREFIX};
 

@@ -114,7 +114,9 @@ impl RabbitMqBus {
     ) -> Self {
         let host = settings.host_address();
         let factory = Arc::new(
-            MessageFactory::new(host.clone()).with_transport(Arc::new(RabbitMqProperties)),
+            MessageFactory::new(host.clone())
+                .with_transport(Arc::new(RabbitMqProperties))
+                .with_serializer(config.serializer_ref()),
         );
         let publisher = Publisher::new(connector.clone());
         let bus_queue = temporary_queue_name("bus");

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::properties::DIRECT_REPLY_TO;
 use ferrybus_core::integration::OutgoingMessage;
-use ferrybus_core::outgoing::MessageOrigin;
+use ferrybus_core::outgoing::{MessageOrigin, Serializer};
 use ferrybus_core::{ConsumeContext, Envelope, Message, Publish, SendOptions};
 use futures::StreamExt;
 use lapin::options::BasicConsumeOptions;
@@ -36,14 +36,21 @@ pub(crate) struct ResponseEndpoint {
     /// The channel consuming `amq.rabbitmq.reply-to` for direct reply-to clients, per connection
     /// generation (opened on first use).
     direct: tokio::sync::Mutex<Option<(u64, lapin::Channel)>>,
+    /// The bus's serializer: a raw JSON bus reads `application/json` responses as raw JSON.
+    serializer: Serializer,
 }
 
 impl ResponseEndpoint {
-    pub(crate) async fn start(connector: Arc<Connector>, queue: String) -> Result<Arc<Self>> {
+    pub(crate) async fn start(
+        connector: Arc<Connector>,
+        queue: String,
+        serializer: Serializer,
+    ) -> Result<Arc<Self>> {
         let this = Arc::new(Self {
             pending: Arc::default(),
             stop: CancellationToken::new(),
             direct: tokio::sync::Mutex::new(None),
+            serializer,
         });
         let decl = bus_queue(&queue);
         let live = connector.live(connector.publish_timeout()).await?;
@@ -51,7 +58,7 @@ impl ResponseEndpoint {
         tokio::spawn(receive(
             connector,
             decl,
-            this.pending.clone(),
+            (this.pending.clone(), serializer),
             this.stop.clone(),
             live,
             consumer,
@@ -93,7 +100,7 @@ impl ResponseEndpoint {
             .await
             .map_err(|e| RabbitMqError::amqp("consuming amq.rabbitmq.reply-to", e))?;
         tokio::spawn(receive_direct(
-            self.pending.clone(),
+            (self.pending.clone(), self.serializer),
             self.stop.clone(),
             live.clone(),
             consumer,
@@ -162,7 +169,7 @@ async fn consume(live: &Live, decl: &EndpointTopology) -> Result<lapin::Consumer
 async fn receive(
     connector: Arc<Connector>,
     decl: EndpointTopology,
-    pending: Pending,
+    pending: (Pending, Serializer),
     stop: CancellationToken,
     live: Arc<Live>,
     mut consumer: lapin::Consumer,
@@ -177,7 +184,7 @@ async fn receive(
                 () = stop.cancelled() => return,
             };
             let Some(Ok(delivery)) = next else { break };
-            dispatch(&pending, &delivery.data);
+            dispatch(&pending, &delivery);
         }
         loop {
             tokio::select! {
@@ -200,7 +207,7 @@ async fn receive(
 /// Dispatches direct reply-to responses until the channel closes (the next request opens a new
 /// one) or the bus stops.
 async fn receive_direct(
-    pending: Pending,
+    pending: (Pending, Serializer),
     stop: CancellationToken,
     live: Arc<Live>,
     mut consumer: lapin::Consumer,
@@ -212,12 +219,14 @@ async fn receive_direct(
             () = stop.cancelled() => return,
         };
         let Some(Ok(delivery)) = next else { return };
-        dispatch(&pending, &delivery.data);
+        dispatch(&pending, &delivery);
     }
 }
 
-fn dispatch(pending: &Pending, body: &[u8]) {
-    let Ok(envelope) = Envelope::from_slice(body) else {
+/// Hands a response to its request, read by content type as the bus's endpoints read.
+fn dispatch((pending, serializer): &(Pending, Serializer), delivery: &lapin::message::Delivery) {
+    let body = bytes::Bytes::copy_from_slice(&delivery.data);
+    let Ok(envelope) = crate::convert::inbound(delivery, body).read_envelope(*serializer) else {
         tracing::warn!(target: "ferrybus::rabbitmq", "discarding an unreadable response");
         return;
     };
@@ -331,7 +340,11 @@ impl RabbitMqBus {
         inner
             .responses
             .get_or_try_init(|| {
-                ResponseEndpoint::start(inner.connector.clone(), inner.bus_queue.clone())
+                ResponseEndpoint::start(
+                    inner.connector.clone(),
+                    inner.bus_queue.clone(),
+                    inner.factory.serializer(),
+                )
             })
             .await
             .cloned()

@@ -8,6 +8,7 @@ mod common;
 use std::sync::{Arc, Mutex};
 
 use common::*;
+use ferrybus_core::outgoing::Serializer;
 use ferrybus_core::{consumer_fn, ConsumeContext, ConsumeError, Fault, Message, MessageType};
 use ferrybus_core::{Publish, SendOptions};
 use ferrybus_rabbitmq::RabbitMqBus;
@@ -37,7 +38,7 @@ async fn raw_json_bus(queue: &str, seen: &Seen) -> RabbitMqBus {
     let record = seen.clone();
     start(
         RabbitMqBus::builder(&amqp_url()).receive_endpoint(queue, move |e| {
-            e.raw_json(true)
+            e.serializer(Serializer::raw_json())
                 .bind_message_types(false)
                 .consumer(consumer_fn(
                     "StockConsumer",
@@ -71,8 +72,8 @@ async fn wait_for_id(seen: &Seen, id: Uuid) -> (Option<Uuid>, StockReserved) {
 
 /// A .NET service with `UseRawJsonSerializer()` sends the message itself as the body with its
 /// ids in headers (`RawMessageSerializer.SetRawMessageHeaders`); a ferrybus endpoint with
-/// `raw_json(true)` reads it. A ferrybus service sends raw JSON the same way (`SendOptions::raw_json`),
-/// and that endpoint reads it too.
+/// `serializer(Serializer::raw_json())` reads it. A ferrybus service sends one message raw the
+/// same way (`SendOptions::serializer`), and that endpoint reads it too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn raw_json_is_consumed_and_sent() {
     let probe = Probe::connect(&amqp_url()).await;
@@ -123,7 +124,9 @@ async fn raw_json_is_consumed_and_sent() {
         sku: "C-7".into(),
         quantity: 1,
     };
-    let options = SendOptions::new().raw_json().correlation_id(chosen);
+    let options = SendOptions::new()
+        .serializer(Serializer::raw_json())
+        .correlation_id(chosen);
     let id = bus
         .send_with(&format!("queue:{queue}"), &sent, options)
         .await
@@ -149,7 +152,10 @@ async fn a_raw_json_publish_carries_the_message_as_its_body_and_ids_as_headers()
         quantity: 2,
     };
     let id = bus
-        .publish_with(&message, SendOptions::new().raw_json())
+        .publish_with(
+            &message,
+            SendOptions::new().serializer(Serializer::raw_json()),
+        )
         .await
         .unwrap();
     let got = eventually("the raw publish", WAIT, || async {

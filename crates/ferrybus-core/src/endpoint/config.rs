@@ -21,8 +21,8 @@ use crate::consume::{
 };
 use crate::error::{ConfigError, ConsumeError};
 use crate::message::{Message, MessageType};
-use crate::outgoing::MessageFactory;
 use crate::outgoing::SharedSink;
+use crate::outgoing::{MessageFactory, Serializer};
 use crate::pause::{Classifier, Dependency, EndpointControl, Transience, TransientGuardLayer};
 use crate::storage::Storage;
 
@@ -72,7 +72,7 @@ pub struct EndpointConfig {
     layers: Vec<BoxEndpointLayer>,
     consumer_layers: Vec<BoxConsumeLayer>,
     consumers: Vec<ConsumerRegistration>,
-    raw_json: bool,
+    serializer: Option<Serializer>,
     publish_faults: bool,
     max_body_size: usize,
     pause_on_transient: bool,
@@ -124,7 +124,7 @@ impl EndpointConfig {
             layers: Vec::new(),
             consumer_layers: Vec::new(),
             consumers: Vec::new(),
-            raw_json: false,
+            serializer: None,
             publish_faults: true,
             max_body_size: DEFAULT_MAX_BODY_SIZE,
             pause_on_transient: true,
@@ -242,10 +242,22 @@ impl EndpointConfig {
         self
     }
 
-    /// Reads `application/json` bodies as raw JSON (metadata in transport headers) besides
-    /// envelopes (MassTransit's `UseRawJsonDeserializer`).
-    pub fn raw_json(mut self, enabled: bool) -> Self {
-        self.raw_json = enabled;
+    /// Writes what the endpoint's consumers send, publish and respond (and its faults) with
+    /// `serializer`, and reads the bodies it can read, instead of the bus's
+    /// [`BusConfig::serializer`](crate::BusConfig::serializer) (MassTransit's
+    /// `e.UseRawJsonSerializer()` on a receive endpoint). With
+    /// [`Serializer::RawJson`] the endpoint reads `application/json` bodies as raw JSON (the
+    /// metadata in transport headers) and still reads MassTransit envelopes by their content
+    /// type.
+    ///
+    /// ```
+    /// use ferrybus_core::outgoing::Serializer;
+    /// use ferrybus_core::EndpointConfig;
+    /// let endpoint = EndpointConfig::new("legacy-orders").serializer(Serializer::raw_json());
+    /// # let _ = endpoint;
+    /// ```
+    pub fn serializer(mut self, serializer: Serializer) -> Self {
+        self.serializer = Some(serializer);
         self
     }
 
@@ -406,14 +418,18 @@ impl EndpointConfig {
                 service: registration.build(&parts),
             })
             .collect();
+        let factory = match self.serializer {
+            Some(serializer) => Arc::new((*context.factory).clone().with_serializer(serializer)),
+            None => context.factory,
+        };
         let reading = Reading {
-            raw_json: self.raw_json,
+            serializer: factory.serializer(),
             max_body_size: self.max_body_size,
             delivery_limit: context.delivery_limit,
         };
         let decider = Decider {
             input_address: context.input_address.clone(),
-            factory: context.factory,
+            factory,
             redelivery: self.redelivery.clone(),
             publish_faults: self.publish_faults,
             cancellation: context.cancellation,

@@ -50,7 +50,6 @@ mod config;
 mod decide;
 mod delivery;
 mod error;
-mod name_formatter;
 mod names;
 mod read;
 mod registration;
@@ -65,7 +64,7 @@ pub use config::{
 };
 pub use delivery::Delivery;
 pub use error::DeliveryLimitReached;
-pub use name_formatter::EndpointNameFormatter;
+pub use ferrybus_dotnet::EndpointNameFormatter;
 pub use names::{error_queue_name, skipped_queue_name, ERROR_QUEUE_SUFFIX, SKIPPED_QUEUE_SUFFIX};
 pub use registration::{ConsumerBuild, ConsumerRegistration};
 pub use settlement::{Faulted, Redelivery, Settlement, SettlementKind};

@@ -7,6 +7,7 @@ use crate::envelope::{
     is_mt_header, parse_dotnet_guid, parse_json, read_host, Envelope, EnvelopeError, Headers,
     ENVELOPE_CONTENT_TYPE, RAW_JSON_CONTENT_TYPE,
 };
+use crate::outgoing::{RawSerializerOptions, Serializer};
 
 /// The media type of a content type: `application/json; charset=utf-8` → `application/json`.
 pub(crate) fn media_type(content_type: &str) -> &str {
@@ -20,10 +21,11 @@ pub(crate) struct ReadBody {
 }
 
 /// Reads `delivery`'s body: refuses bodies over `max_body_size` unread, reads raw JSON when
-/// `raw_json` is on and the content type is `application/json`, else a MassTransit envelope.
+/// the serializer is raw JSON and the content type is `application/json`, else a MassTransit
+/// envelope.
 pub(crate) fn read(
     delivery: &Delivery,
-    raw_json: bool,
+    serializer: Serializer,
     max_body_size: usize,
 ) -> Result<ReadBody, EnvelopeError> {
     if delivery.body.len() > max_body_size {
@@ -35,13 +37,16 @@ pub(crate) fn read(
     // MassTransit picks the deserializer registered for the media type and falls back to the
     // endpoint's default one — the envelope's — for a missing or unknown content type
     // (`src/MassTransit/Serialization/Serialization.cs`, `GetMessageDeserializer`). Raw JSON is
-    // registered only where the endpoint enables it.
-    let raw = raw_json
-        && media_type(delivery.effective_content_type())
-            .eq_ignore_ascii_case(RAW_JSON_CONTENT_TYPE);
-    Ok(if raw {
+    // registered only where the bus or the endpoint uses it.
+    let raw = match serializer {
+        Serializer::RawJson(options) => media_type(delivery.effective_content_type())
+            .eq_ignore_ascii_case(RAW_JSON_CONTENT_TYPE)
+            .then_some(options),
+        Serializer::Envelope => None,
+    };
+    Ok(if let Some(options) = raw {
         ReadBody {
-            envelope: read_raw(delivery)?,
+            envelope: read_raw(delivery, options)?,
             content_type: RAW_JSON_CONTENT_TYPE,
         }
     } else {
@@ -52,9 +57,28 @@ pub(crate) fn read(
     })
 }
 
+impl Delivery {
+    /// Reads the body as an endpoint with `serializer` reads it, by its content type: raw JSON
+    /// when `serializer` is raw JSON and the content type `application/json`, else a MassTransit
+    /// envelope. How a transport reads responses to its bus's requests.
+    ///
+    /// ```
+    /// use ferrybus_core::{outgoing::Serializer, Delivery};
+    /// let raw = Delivery::new(br#"{"id":7}"#.to_vec())
+    ///     .content_type("application/json")
+    ///     .message_id("5e1a0000-0000-0000-0000-000000000001");
+    /// let envelope = raw.read_envelope(Serializer::raw_json()).unwrap();
+    /// assert_eq!(envelope.message["id"], 7);
+    /// assert!(raw.read_envelope(Serializer::Envelope).is_err());
+    /// ```
+    pub fn read_envelope(&self, serializer: Serializer) -> Result<Envelope, EnvelopeError> {
+        read(self, serializer, usize::MAX).map(|read| read.envelope)
+    }
+}
+
 /// Reads a raw JSON body (masstransit-wire §3.2): the body is the message, metadata comes from
 /// transport headers and properties.
-fn read_raw(delivery: &Delivery) -> Result<Envelope, EnvelopeError> {
+fn read_raw(delivery: &Delivery, options: RawSerializerOptions) -> Result<Envelope, EnvelopeError> {
     let message = parse_json(&delivery.body)?;
     if message.is_null() {
         return Err(EnvelopeError::MissingMessage);
@@ -73,8 +97,10 @@ fn read_raw(delivery: &Delivery) -> Result<Envelope, EnvelopeError> {
             }),
     };
     let text = |name: &str| h.get_str(name).map(str::to_owned);
+    // `RawMessageContext.TransportHeaderFilter`: the headers only with `CopyHeaders`.
     let headers: Headers = h
         .iter()
+        .filter(|_| options.copy_headers)
         .filter(|(k, _)| {
             !is_mt_header(k) && !RAW_ID_HEADERS.iter().any(|n| n.eq_ignore_ascii_case(k))
         })

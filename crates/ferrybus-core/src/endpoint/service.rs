@@ -18,7 +18,7 @@ use crate::consume::{
 };
 use crate::envelope::RAW_JSON_CONTENT_TYPE;
 use crate::error::ConsumeError;
-use crate::outgoing::SharedSink;
+use crate::outgoing::{Serializer, SharedSink};
 
 /// One consumer on a built endpoint: who it is and its composed stack.
 #[derive(Clone)]
@@ -29,7 +29,7 @@ pub(crate) struct Registered {
 
 /// How an endpoint reads its deliveries.
 pub(crate) struct Reading {
-    pub(crate) raw_json: bool,
+    pub(crate) serializer: Serializer,
     pub(crate) max_body_size: usize,
     /// Deliveries the transport counted this often without a settlement are faulted unread.
     pub(crate) delivery_limit: Option<u32>,
@@ -96,7 +96,7 @@ impl EndpointService {
 impl Inner {
     async fn handle(&self, mut delivery: Delivery) -> Settlement {
         let reading = &self.reading;
-        let read = match read(&delivery, reading.raw_json, reading.max_body_size) {
+        let read = match read(&delivery, reading.serializer, reading.max_body_size) {
             Ok(read) => read,
             Err(error) => return self.decider.unreadable(&delivery, error),
         };

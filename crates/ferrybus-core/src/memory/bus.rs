@@ -188,7 +188,10 @@ impl InMemoryBusBuilder {
         self.config.prepare_storage().await?;
         let broker = InMemoryBroker::new();
         let events = EventLog::new();
-        let factory = Arc::new(MessageFactory::new(HostAddress::loopback()));
+        let factory = Arc::new(
+            MessageFactory::new(HostAddress::loopback())
+                .with_serializer(self.config.serializer_ref()),
+        );
         let sink = InMemorySink {
             broker: broker.clone(),
             events: events.clone(),

@@ -10,6 +10,7 @@ use uuid::Uuid;
 
 use super::message::OutgoingMessage;
 use super::options::{MessageOrigin, SendOptions};
+use super::raw::Serializer;
 use super::schedule::CancelledSchedules;
 use crate::address::HostAddress;
 use crate::envelope::{Envelope, Headers, HostInfo, Payload, ENVELOPE_CONTENT_TYPE};
@@ -83,6 +84,7 @@ pub struct MessageFactory {
     host: HostAddress,
     transport: Option<Arc<dyn TransportProperties>>,
     cancelled: Arc<CancelledSchedules>,
+    serializer: Serializer,
 }
 
 impl MessageFactory {
@@ -92,7 +94,21 @@ impl MessageFactory {
             host,
             transport: None,
             cancelled: Arc::default(),
+            serializer: Serializer::Envelope,
         }
+    }
+
+    /// The same factory, writing every message it builds with `serializer` unless its
+    /// [`SendOptions::serializer`] says otherwise (a bus gives its factory its
+    /// [`BusConfig::serializer`](crate::BusConfig::serializer), an endpoint its own).
+    pub fn with_serializer(mut self, serializer: Serializer) -> Self {
+        self.serializer = serializer;
+        self
+    }
+
+    /// How the messages it builds are written.
+    pub fn serializer(&self) -> Serializer {
+        self.serializer
     }
 
     /// The same factory, writing `transport`'s properties into every message it builds (the
@@ -200,11 +216,14 @@ impl MessageFactory {
         } else {
             Vec::new()
         };
-        let raw = options.raw_json.then(|| envelope.clone());
-        let mut message = Self::from_envelope(envelope, publish_bindings);
-        if let Some(envelope) = raw {
-            super::raw::into_raw_json(&mut message, &envelope);
-        }
+        let mut message = match options.serializer.unwrap_or(self.serializer) {
+            Serializer::Envelope => Self::from_envelope(envelope, publish_bindings),
+            Serializer::RawJson(raw) => {
+                let mut message = Self::from_envelope(envelope.clone(), publish_bindings);
+                super::raw::into_raw_json(&mut message, &envelope, raw);
+                message
+            }
+        };
         message.timestamp_headers = options.timestamp_headers;
         if let Some(transport) = &self.transport {
             let priority = options.priority.or(origin.priority);

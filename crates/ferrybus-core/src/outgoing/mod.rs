@@ -12,4 +12,5 @@ pub use factory::{set_trace_stamp, MessageFactory, TraceStamp, TransportProperti
 pub use message::OutgoingMessage;
 pub use options::{MessageOrigin, SendOptions};
 pub use publish::{MessageSink, Publish, SharedSink};
+pub use raw::{RawSerializerOptions, Serializer};
 pub use schedule::{CancelledSchedules, ScheduledMessage, DELAY_PROPERTY, SCHEDULING_TOKEN_ID};

@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use uuid::Uuid;
 
+use super::raw::Serializer;
 use crate::envelope::{Envelope, Headers};
 use crate::message::Message;
 
@@ -32,7 +33,7 @@ pub struct SendOptions {
     pub(super) priority: Option<u8>,
     pub(super) headers: Headers,
     pub(super) timestamp_headers: Vec<String>,
-    pub(super) raw_json: bool,
+    pub(super) serializer: Option<Serializer>,
 }
 
 impl SendOptions {
@@ -123,30 +124,25 @@ impl SendOptions {
         self
     }
 
-    /// Sends the message as raw JSON, as MassTransit's `UseRawJsonSerializer` does: content type
-    /// `application/json`, the body the message itself, and the envelope's fields as transport
-    /// headers (`MessageId`, `CorrelationId`, `ConversationId`, `RequestId`, `MT-InitiatorId`,
-    /// `MT-MessageType`, `MT-Source-Address`, `MT-Response-Address`, `MT-Fault-Address`,
-    /// `MT-Host-Info`; `src/MassTransit/Serialization/RawMessageSerializer.cs`). For a receiver
-    /// that reads raw JSON (MassTransit's `UseRawJsonDeserializer`, ferrybus's
-    /// [`EndpointConfig::raw_json`](crate::EndpointConfig::raw_json)) or no MassTransit at all.
+    /// Writes this one message with `serializer` rather than the bus's or endpoint's
+    /// [`Serializer`] (MassTransit's `SendContext.Serializer`): raw JSON for one receiver that
+    /// reads only raw JSON (MassTransit's `UseRawJsonDeserializer`) or no MassTransit at all.
     ///
     /// ```
-    /// use ferrybus_core::outgoing::{MessageFactory, MessageOrigin};
+    /// use ferrybus_core::outgoing::{MessageFactory, MessageOrigin, Serializer};
     /// use ferrybus_core::{address::HostAddress, SendOptions};
     /// # #[derive(serde::Serialize, serde::Deserialize, ferrybus_core::Message)]
     /// # #[message(namespace = "Shop")]
     /// # struct OrderPlaced { id: u32 }
     /// let factory = MessageFactory::new(HostAddress::loopback());
     /// let origin = MessageOrigin::default();
-    /// let raw = SendOptions::new().raw_json();
+    /// let raw = SendOptions::new().serializer(Serializer::raw_json());
     /// let message = factory.send("queue:orders", &OrderPlaced { id: 7 }, &origin, raw).unwrap();
     /// assert_eq!(message.content_type, "application/json");
     /// assert_eq!(&message.body[..], br#"{"id":7}"#);
-    /// assert_eq!(message.headers.get_str("MT-MessageType"), Some("urn:message:Shop:OrderPlaced"));
     /// ```
-    pub fn raw_json(mut self) -> Self {
-        self.raw_json = true;
+    pub fn serializer(mut self, serializer: Serializer) -> Self {
+        self.serializer = Some(serializer);
         self
     }
 

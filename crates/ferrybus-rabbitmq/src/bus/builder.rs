@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use ferrybus_core::integration::Storage;
+use ferrybus_core::outgoing::Serializer;
 use ferrybus_core::{BusConfig, EndpointConfig};
 
 use super::{BusOptions, RabbitMqBus};
@@ -97,6 +98,21 @@ impl RabbitMqBusBuilder {
     /// use it, and the outbox delivery, sweeper and cleanup the bus runs while it runs.
     pub fn storage(mut self, storage: impl Storage) -> Self {
         self.config = self.config.storage(storage);
+        self
+    }
+
+    /// Writes every message of the bus with `serializer` and lets its endpoints read that form
+    /// besides envelopes ([`BusConfig::serializer`]): MassTransit's `cfg.UseRawJsonSerializer()`
+    /// is `.serializer(Serializer::raw_json())`.
+    ///
+    /// ```
+    /// use ferrybus_core::outgoing::Serializer;
+    /// let builder = ferrybus_rabbitmq::RabbitMqBus::builder("amqp://localhost")
+    ///     .serializer(Serializer::raw_json());
+    /// # let _ = builder;
+    /// ```
+    pub fn serializer(mut self, serializer: Serializer) -> Self {
+        self.config = self.config.serializer(serializer);
         self
     }
 

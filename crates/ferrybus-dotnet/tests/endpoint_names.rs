@@ -4,7 +4,7 @@
 //! .NET types there are nested in `MassTransit.Tests.EndpointName_Specs`, so with the namespace
 //! their names are `MassTransit.Tests.EndpointName_Specs+SomeReallyCoolConsumer`.
 
-use ferrybus_core::endpoint::EndpointNameFormatter as F;
+use ferrybus_dotnet::EndpointNameFormatter as F;
 
 const COOL: &str = "MassTransit.Tests.EndpointName_Specs+SomeReallyCoolConsumer";
 const ID_FORMAT: &str = "MassTransit.Tests.EndpointName_Specs+SomeSuperIDFormatConsumer";

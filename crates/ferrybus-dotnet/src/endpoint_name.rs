@@ -1,7 +1,7 @@
 //! [`EndpointNameFormatter`]: queue names derived from .NET type names as MassTransit's endpoint
 //! name formatters derive them.
 
-use crate::error::ConfigError;
+use crate::DotNetValueError;
 
 /// Derives endpoint (queue) names from .NET type names, as MassTransit's formatters do
 /// (`src/MassTransit/Configuration/DefaultEndpointNameFormatter.cs`,
@@ -13,7 +13,7 @@ use crate::error::ConfigError;
 /// only the type's own name counts (`Type`, `Inner`), as .NET's `Type.Name`.
 ///
 /// ```
-/// use ferrybus_core::endpoint::EndpointNameFormatter;
+/// use ferrybus_dotnet::EndpointNameFormatter;
 /// let consumer = "Sample.Components.SubmitOrderConsumer";
 /// assert_eq!(EndpointNameFormatter::pascal_case().consumer(consumer).unwrap(), "SubmitOrder");
 /// assert_eq!(EndpointNameFormatter::snake_case().consumer(consumer).unwrap(), "submit_order");
@@ -110,7 +110,7 @@ impl EndpointNameFormatter {
     /// The endpoint of a consumer (a batch consumer too): a trailing `Consumer` removed (any
     /// case); a generic consumer is named after its last type argument (`Consumer<T>()`).
     /// A consumer named only `Consumer` is refused, as MassTransit refuses it.
-    pub fn consumer(&self, type_name: &str) -> Result<String, ConfigError> {
+    pub fn consumer(&self, type_name: &str) -> Result<String, DotNetValueError> {
         match last_generic_argument(type_name) {
             Some(argument) => Ok(self.sanitize(&self.format(argument))),
             None => self.trimmed(type_name, "Consumer", "consumer"),
@@ -119,7 +119,7 @@ impl EndpointNameFormatter {
 
     /// The endpoint of a saga, from its instance type (`OrderState`): a trailing `Saga`
     /// removed (`Saga<T>()`). A saga named only `Saga` is refused.
-    pub fn saga(&self, type_name: &str) -> Result<String, ConfigError> {
+    pub fn saga(&self, type_name: &str) -> Result<String, DotNetValueError> {
         self.trimmed(type_name, "Saga", "saga")
     }
 
@@ -154,17 +154,23 @@ impl EndpointNameFormatter {
     }
 
     /// The prefixed name with `suffix` removed, refused when nothing else is left.
-    fn trimmed(&self, type_name: &str, suffix: &str, what: &str) -> Result<String, ConfigError> {
+    fn trimmed(
+        &self,
+        type_name: &str,
+        suffix: &str,
+        what: &'static str,
+    ) -> Result<String, DotNetValueError> {
         let mut name = self.format(type_name);
         let cut = name.len().checked_sub(suffix.len());
         if let Some(cut) = cut.filter(|&c| name.is_char_boundary(c)) {
             if name[cut..].eq_ignore_ascii_case(suffix) {
                 name.truncate(cut);
                 if name.trim().is_empty() {
-                    return Err(ConfigError::new(format!(
-                        "a {what} may not be named \"{suffix}\": add a meaningful prefix to \
-                         {type_name:?}"
-                    )));
+                    return Err(DotNetValueError::EndpointName {
+                        kind: what,
+                        suffix: suffix.to_owned(),
+                        type_name: type_name.to_owned(),
+                    });
                 }
             }
         }
