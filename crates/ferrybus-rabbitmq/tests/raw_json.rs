@@ -241,3 +241,52 @@ async fn a_raw_endpoint_still_consumes_envelopes_and_answers_raw() {
     bus.stop().await;
     probe.cleanup().await;
 }
+
+/// A raw bus schedules raw messages: the scheduling token travels as a transport header only,
+/// and a cancelled one is still recognised and acknowledged unconsumed when it arrives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_raw_scheduled_message_arrives_and_a_cancelled_one_does_not() {
+    let probe = Probe::connect(&amqp_url()).await;
+    let queue = unique("raw-schedule");
+    let delay = Duration::from_millis(1500);
+    probe.track_endpoint(&queue);
+    probe.track(&[&format!("{queue}_delay_{}", delay.as_millis())], &[]);
+    let seen: Seen<PriceChanged> = Seen::default();
+    let record = seen.clone();
+    let bus = start(
+        RabbitMqBus::builder(&amqp_url())
+            .serializer(Serializer::raw_json())
+            .receive_endpoint(&queue, move |e| {
+                e.bind_message_types(false)
+                    .consumer(consumer_fn("PriceChangedConsumer", recorder(record)))
+            }),
+    )
+    .await;
+    let address = format!("queue:{queue}");
+    let cancelled = bus
+        .schedule_send(&address, delay, &PriceChanged { n: 1, fail: false })
+        .await
+        .unwrap();
+    bus.schedule_send(&address, delay, &PriceChanged { n: 2, fail: false })
+        .await
+        .unwrap();
+    bus.cancel_scheduled_send(cancelled.token_id);
+    // One delay queue expires its messages in order: once the second arrived, the first was
+    // settled before it.
+    eventually("the kept message consumed", WAIT, || async {
+        (!seen.lock().unwrap().is_empty()).then_some(())
+    })
+    .await;
+    eventually("the cancelled message acknowledged", WAIT, || async {
+        (probe.queue_count(&queue).await == Some(0)).then_some(())
+    })
+    .await;
+    let numbers: Vec<u32> = seen.lock().unwrap().iter().map(|m| m.n).collect();
+    assert_eq!(
+        numbers,
+        [2],
+        "the cancelled message never reached the consumer"
+    );
+    bus.stop().await;
+    probe.cleanup().await;
+}

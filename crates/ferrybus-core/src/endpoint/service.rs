@@ -115,11 +115,10 @@ impl Inner {
                 return settlement;
             }
         }
-        if self
-            .decider
-            .factory
-            .cancelled_schedules()
-            .take_from(&received.envelope.headers)
+        // A raw message carries its scheduling token as a transport header only.
+        let cancelled = self.decider.factory.cancelled_schedules();
+        if cancelled.take_from(&received.envelope.headers)
+            || cancelled.take_from(&received.transport_headers)
         {
             tracing::debug!(target: "ferrybus", message_id = ?received.envelope.message_id, "scheduled message cancelled: acknowledged unconsumed");
             return Settlement::Ack;
