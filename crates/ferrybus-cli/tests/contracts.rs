@@ -16,7 +16,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use support::{failure, run};
 
-/// The Rust the import makes of `Orders.cs` and `Payments.cs`, compiled as part of this test
+/// The Rust the import makes of `Orders.cs`, `Payments.cs` and `Catalog.cs`, compiled as part of this test
 /// (it may name no crate but ferrybus, serde, serde_json and uuid:
 /// `generated_code_needs_only_ferrybus_serde_serde_json_and_uuid`).
 #[allow(missing_docs, unreachable_pub, dead_code)]
@@ -26,7 +26,7 @@ mod generated {
 
 use generated::*;
 
-const FILES: [&str; 2] = ["Orders.cs", "Payments.cs"];
+const FILES: [&str; 3] = ["Orders.cs", "Payments.cs", "Catalog.cs"];
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/contracts")
@@ -135,6 +135,25 @@ fn payloads_written_by_system_text_json_round_trip() {
     );
     assert_eq!(settlement.entries[1].iban, None);
     assert_eq!(settlement.region, 'E');
+
+    // Types that contain each other are boxed where they close a cycle, and only there.
+    let updated: BookUpdated = round_trip("BookUpdated.json");
+    let book: &Book = &updated.book;
+    let series: &Series = book.series.as_deref().unwrap();
+    let first: &Book = &series.first_book;
+    assert_eq!(first.title, "The First Voyage");
+    let sequel: Option<&Book> = book.sequel.as_deref();
+    assert_eq!(sequel.unwrap().isbn, "978-0-00-000002-8");
+    let editions: &Vec<Book> = &book.editions;
+    assert_eq!(editions[0].editions, []);
+    // Two types holding each other without `?` in between: both fields boxed.
+    fn subject(biography: Biography) -> Box<Author> {
+        biography.subject
+    }
+    fn biography(author: Author) -> Box<Biography> {
+        author.biography
+    }
+    let _ = (subject, biography);
 
     let captured: ICardPaymentCaptured = round_trip("ICardPaymentCaptured.json");
     assert_eq!(captured.card_last4, "4242");

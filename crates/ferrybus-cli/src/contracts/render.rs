@@ -9,6 +9,7 @@ use super::model::{field_name, snake_case, Contract, EnumModel, Item, Model, Sha
 
 /// The whole output for `files` (shown in the header).
 pub(crate) fn render(model: &Model, files: &[String]) -> String {
+    let cycles = Cycles::of(model);
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -18,7 +19,7 @@ pub(crate) fn render(model: &Model, files: &[String]) -> String {
     for item in &model.items {
         out.push('\n');
         match *item {
-            Item::Contract(i) => render_contract(&mut out, model, i),
+            Item::Contract(i) => render_contract(&mut out, model, &cycles, i),
             Item::Enum(i) => render_enum(&mut out, &model.enums[i]),
         }
     }
@@ -32,7 +33,53 @@ fn doc(out: &mut String, indent: &str, summary: Option<&str>, origin: &str) {
     let _ = writeln!(out, "{indent}/// {origin}");
 }
 
-fn render_contract(out: &mut String, model: &Model, index: usize) {
+/// Which contracts contain each other by value: the strongly connected components of the graph
+/// whose edges are fields holding another contract directly or as `T?` (an `Option` is as large
+/// as its value; lists and dictionaries are on the heap). A field pointing into its own
+/// contract's component is boxed, or the Rust type would be infinitely large.
+struct Cycles {
+    /// The component of each contract.
+    component: Vec<usize>,
+}
+
+impl Cycles {
+    fn of(model: &Model) -> Self {
+        let mut graph = petgraph::Graph::<usize, ()>::new();
+        let nodes: Vec<_> = (0..model.contracts.len())
+            .map(|i| graph.add_node(i))
+            .collect();
+        for (i, contract) in model.contracts.iter().enumerate() {
+            for field in &contract.fields {
+                if let Some(j) = by_value(&field.shape) {
+                    graph.add_edge(nodes[i], nodes[j], ());
+                }
+            }
+        }
+        let mut component = vec![0; model.contracts.len()];
+        for (n, members) in petgraph::algo::tarjan_scc(&graph).iter().enumerate() {
+            for node in members {
+                component[graph[*node]] = n;
+            }
+        }
+        Self { component }
+    }
+
+    /// Whether a field of `owner` holding `target` by value closes a cycle.
+    fn boxed(&self, owner: usize, target: usize) -> bool {
+        self.component[owner] == self.component[target]
+    }
+}
+
+/// The contract a shape holds by value, if any.
+fn by_value(shape: &Shape) -> Option<usize> {
+    match shape {
+        Shape::Contract(i) => Some(*i),
+        Shape::Nullable(inner) => by_value(inner),
+        _ => None,
+    }
+}
+
+fn render_contract(out: &mut String, model: &Model, cycles: &Cycles, index: usize) {
     let contract = &model.contracts[index];
     let full = match &contract.namespace {
         Some(ns) => format!("{ns}.{}", contract.type_name),
@@ -72,7 +119,7 @@ fn render_contract(out: &mut String, model: &Model, index: usize) {
         if !serde.is_empty() {
             let _ = writeln!(out, "    #[serde({})]", serde.join(", "));
         }
-        let ty = rust_type(model, &field.shape, Some(index));
+        let ty = rust_type(model, &field.shape, Some((cycles, index)));
         let _ = writeln!(out, "    pub {rust_name}: {ty},");
     }
     let _ = writeln!(out, "}}");
@@ -133,9 +180,9 @@ fn helper(shape: &Shape) -> Option<String> {
     ))
 }
 
-/// The Rust type of a shape; `owner` is the contract being rendered (a direct reference to
-/// itself is boxed).
-fn rust_type(model: &Model, shape: &Shape, owner: Option<usize>) -> String {
+/// The Rust type of a shape; `owner` is the contract being rendered, with the cycles that decide
+/// which contracts it holds by value are boxed (`None` inside a list or dictionary).
+fn rust_type(model: &Model, shape: &Shape, owner: Option<(&Cycles, usize)>) -> String {
     const CHRONO: &str = "::ferrybus::dotnet::chrono";
     match shape {
         Shape::String => "::std::string::String".to_owned(),
@@ -154,7 +201,7 @@ fn rust_type(model: &Model, shape: &Shape, owner: Option<usize>) -> String {
         Shape::Bytes => "::std::vec::Vec<u8>".to_owned(),
         Shape::Any => "::serde_json::Value".to_owned(),
         Shape::Enum(i) => model.enums[*i].name.clone(),
-        Shape::Contract(i) if Some(*i) == owner => {
+        Shape::Contract(i) if owner.is_some_and(|(cycles, o)| cycles.boxed(o, *i)) => {
             format!("::std::boxed::Box<{}>", model.contracts[*i].name)
         }
         Shape::Contract(i) => model.contracts[*i].name.clone(),
