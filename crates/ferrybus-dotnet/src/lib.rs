@@ -109,7 +109,7 @@
 //! expected throws. Give Rust enums integer representations, for instance with the
 //! [`serde_repr`](https://docs.rs/serde_repr) crate (not a dependency of ferrybus):
 //!
-//! ```ignore
+//! ```
 //! use serde_repr::{Deserialize_repr, Serialize_repr};
 //!
 //! #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize_repr, Deserialize_repr)]
@@ -119,7 +119,13 @@
 //!     Shipped = 1,
 //!     Cancelled = 2,
 //! }
+//!
 //! // OrderStatus::Shipped is written as `1`, and `1` reads as OrderStatus::Shipped.
+//! assert_eq!(serde_json::to_string(&OrderStatus::Shipped).unwrap(), "1");
+//! assert_eq!(serde_json::from_str::<OrderStatus>("1").unwrap(), OrderStatus::Shipped);
+//! // A number .NET never writes for it, or the member's name, is refused.
+//! assert!(serde_json::from_str::<OrderStatus>("7").is_err());
+//! assert!(serde_json::from_str::<OrderStatus>(r#""Shipped""#).is_err());
 //! ```
 //!
 //! # Property names
