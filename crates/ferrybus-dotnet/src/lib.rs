@@ -84,6 +84,9 @@
 //! | `Guid` | [`uuid::Uuid`] | [`guid`] | `"9f8e7d6c-5b4a-3928-1706-f5e4d3c2b1a0"` |
 //! | `byte[]` | `Vec<u8>` | [`bytes`] | `"AQID"` (base64) |
 //!
+//! For a value deeper inside a field (a dictionary's values, a nullable list, a list of lists),
+//! [`as_dotnet`] has the same helpers as [`serde_with`] adapters.
+//!
 //! Each module has an `option` submodule for the `Option<_>` of its type (and `datetime`,
 //! `datetime_offset`, `timespan::signed` and `bytes` a `vec` submodule for a `Vec<_>` of it): `None` is written as
 //! `null`, and `null` reads as `None`. A field with `with` loses serde's rule that a missing
@@ -166,6 +169,7 @@ mod error;
 mod iso;
 mod type_name;
 
+pub mod as_dotnet;
 pub mod bytes;
 pub mod datetime;
 pub mod datetime_offset;
@@ -183,6 +187,8 @@ pub use type_name::{ParseTypeNameError, TypeName, URN_PREFIX};
 pub use chrono;
 /// The `Decimal` of [`decimal`], re-exported for the same reason.
 pub use rust_decimal;
+/// The adapters of [`as_dotnet`] are [`serde_with`]'s: re-exported for `#[serde_as]`.
+pub use serde_with;
 
 use std::fmt;
 
