@@ -220,6 +220,7 @@ struct StorageArgs {
     #[arg(
         long,
         env = "FERRYBUS_SCHEMA",
+        hide_env_values = true,
         value_delimiter = ',',
         default_value = "messaging",
         value_name = "SCHEMA"
@@ -227,16 +228,37 @@ struct StorageArgs {
     schema: Vec<String>,
     /// Column naming: snake (inbox_state, message_id) or pascal (.NET's "InboxState", "MessageId")
     /// [default: snake; --check detects it]
-    #[arg(long, env = "FERRYBUS_NAMING", value_enum, value_name = "NAMING")]
+    #[arg(
+        long,
+        env = "FERRYBUS_NAMING",
+        hide_env_values = true,
+        value_enum,
+        value_name = "NAMING"
+    )]
     naming: Option<Naming>,
     /// Inbox state table [default: inbox_state, or InboxState with pascal]
-    #[arg(long, env = "FERRYBUS_INBOX_TABLE", value_name = "TABLE")]
+    #[arg(
+        long,
+        env = "FERRYBUS_INBOX_TABLE",
+        hide_env_values = true,
+        value_name = "TABLE"
+    )]
     inbox_table: Option<String>,
     /// Outbox state table [default: outbox_state, or OutboxState with pascal]
-    #[arg(long, env = "FERRYBUS_OUTBOX_STATE_TABLE", value_name = "TABLE")]
+    #[arg(
+        long,
+        env = "FERRYBUS_OUTBOX_STATE_TABLE",
+        hide_env_values = true,
+        value_name = "TABLE"
+    )]
     outbox_state_table: Option<String>,
     /// Outbox message table [default: outbox_message, or OutboxMessage with pascal]
-    #[arg(long, env = "FERRYBUS_OUTBOX_MESSAGE_TABLE", value_name = "TABLE")]
+    #[arg(
+        long,
+        env = "FERRYBUS_OUTBOX_MESSAGE_TABLE",
+        hide_env_values = true,
+        value_name = "TABLE"
+    )]
     outbox_message_table: Option<String>,
 }
 

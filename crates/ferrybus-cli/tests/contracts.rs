@@ -16,7 +16,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 use support::{failure, run};
 
-/// The Rust the import makes of `Orders.cs` and `Payments.cs`, compiled as part of this test
+/// The Rust the import makes of the C# files of `FILES`, compiled as part of this test
 /// (it may name no crate but ferrybus, serde, serde_json and uuid:
 /// `generated_code_needs_only_ferrybus_serde_serde_json_and_uuid`).
 #[allow(missing_docs, unreachable_pub, dead_code)]
@@ -26,7 +26,7 @@ mod generated {
 
 use generated::*;
 
-const FILES: [&str; 2] = ["Orders.cs", "Payments.cs"];
+const FILES: [&str; 4] = ["Orders.cs", "Payments.cs", "Catalog.cs", "Inventory.cs"];
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/contracts")
@@ -136,6 +136,55 @@ fn payloads_written_by_system_text_json_round_trip() {
     assert_eq!(settlement.entries[1].iban, None);
     assert_eq!(settlement.region, 'E');
 
+    // Types that contain each other are boxed where they close a cycle, and only there.
+    let updated: BookUpdated = round_trip("BookUpdated.json");
+    let book: &Book = &updated.book;
+    let series: &Series = book.series.as_deref().unwrap();
+    let first: &Book = &series.first_book;
+    assert_eq!(first.title, "The First Voyage");
+    let sequel: Option<&Book> = book.sequel.as_deref();
+    assert_eq!(sequel.unwrap().isbn, "978-0-00-000002-8");
+    let editions: &Vec<Book> = &book.editions;
+    assert_eq!(editions[0].editions, []);
+    // Two types holding each other without `?` in between: both fields boxed.
+    fn subject(biography: Biography) -> Box<Author> {
+        biography.subject
+    }
+    fn biography(author: Author) -> Box<Biography> {
+        author.biography
+    }
+    let _ = (subject, biography);
+
+    // .NET values inside dictionaries and nested or nullable lists, enum keys by name.
+    let counted: StockCounted = round_trip("StockCounted.json");
+    assert_eq!(counted.counted_at["BK-2"].timestamp_subsec_millis(), 500);
+    assert_eq!(counted.unit_cost["BK-1"].to_string(), "4.10");
+    assert_eq!(counted.promised_by["BK-1"].offset().local_minus_utc(), 7200);
+    let restock = &counted.restock_time[&"7569172a-7c0e-44fb-a297-54bdebe6ce44".parse().unwrap()];
+    assert_eq!(restock.num_minutes(), -30);
+    assert_eq!(counted.barcodes["BK-1"], [1, 2, 3, 4]);
+    assert_eq!(counted.recounts, None);
+    assert_eq!(counted.price_tiers[0][1].to_string(), "11.00");
+    assert_eq!(counted.delivery_slots[0][1].timestamp_subsec_millis(), 500);
+    assert_eq!(counted.titles_by_level[&StockLevel::Plenty], 250);
+    assert_eq!(
+        counted.shelf_times["A1"].as_ref().unwrap()[1].num_hours(),
+        24
+    );
+    assert_eq!(counted.shelf_times["B2"], None);
+    // What .NET also reads: a missing nullable list, decimals as numbers, enum keys as numbers.
+    let mut also = payload("StockCounted.json");
+    also.as_object_mut().unwrap().remove("recounts");
+    also["priceTiers"] = json!([[12.5]]);
+    also["titlesByLevel"] = json!({"10": 1, "Low": 2});
+    let also: StockCounted = serde_json::from_value(also).unwrap();
+    assert_eq!(also.recounts, None);
+    assert_eq!(also.price_tiers[0][0].to_string(), "12.5");
+    assert_eq!(also.titles_by_level[&StockLevel::Plenty], 1);
+    let mut unknown = payload("StockCounted.json");
+    unknown["titlesByLevel"] = json!({"Overflowing": 1});
+    assert!(serde_json::from_value::<StockCounted>(unknown).is_err());
+
     let captured: ICardPaymentCaptured = round_trip("ICardPaymentCaptured.json");
     assert_eq!(captured.card_last4, "4242");
 
@@ -200,6 +249,13 @@ fn identities_are_masstransit_s() {
             "urn:message:Bookstore.Contracts.Payments:IPaymentCaptured",
         ]
     );
+    // [MessageUrn(…, false)]: the URN as given.
+    let t = StockCounted::message_type();
+    assert_eq!(t.urn(), "urn:bookstore:inventory:stock-counted");
+    assert_eq!(
+        t.entity_name(),
+        "Bookstore.Contracts.Inventory:StockCounted"
+    );
     assert_eq!(
         SettlementReceived::message_type().urns(),
         ["urn:message:Bookstore.Contracts.Payments:SettlementReceived"]
@@ -216,7 +272,7 @@ fn what_cannot_be_mapped_is_listed_with_file_and_line() {
     assert_eq!(lines.len(), 6, "{stderr}");
     for (line, prefix) in lines.iter().zip([
         "bad/Unmappable.cs:9: cannot map StockCounted.Largest",
-        "bad/Unmappable.cs:10: cannot map StockCounted.CountedAt: DateTime inside a dictionary",
+        "bad/Unmappable.cs:10: cannot map StockCounted.CountedAt: dictionary keys of type object",
         "bad/Unmappable.cs:11: cannot map StockCounted.Value: type Money",
         "bad/Unmappable.cs:13: StockMoved: base type AuditedEvent is not declared",
         "bad/Unmappable.cs:15: Batch is generic",

@@ -23,6 +23,44 @@ fn one_json(out: &Output) -> Value {
     lines.into_iter().next().unwrap()
 }
 
+/// `--help` names the table settings' environment variables but never shows their values.
+#[test]
+fn help_shows_no_environment_value() {
+    for command in [
+        &["migrate", "--help"][..],
+        &["outbox", "status", "--help"],
+        &["trace", "--help"],
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ferrybus"))
+            .args(command)
+            .env("FERRYBUS_SCHEMA", "env-schema-value")
+            .env("FERRYBUS_NAMING", "pascal")
+            .env("FERRYBUS_INBOX_TABLE", "env-inbox-value")
+            .env("FERRYBUS_OUTBOX_STATE_TABLE", "env-state-value")
+            .env("FERRYBUS_OUTBOX_MESSAGE_TABLE", "env-message-value")
+            .output()
+            .unwrap();
+        let help = success(&out);
+        assert!(
+            help.contains("[env: FERRYBUS_SCHEMA]"),
+            "{command:?}: {help}"
+        );
+        assert!(
+            help.contains("[env: FERRYBUS_INBOX_TABLE]"),
+            "{command:?}: {help}"
+        );
+        for value in [
+            "env-schema-value",
+            "FERRYBUS_NAMING=",
+            "env-inbox-value",
+            "env-state-value",
+            "env-message-value",
+        ] {
+            assert!(!help.contains(value), "{command:?} shows {value}: {help}");
+        }
+    }
+}
+
 #[test]
 fn migrate_print_prints_the_ddl_without_a_database() {
     // No database at this URL: --print needs none.

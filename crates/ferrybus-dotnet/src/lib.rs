@@ -85,6 +85,9 @@
 //! | `Guid` | [`uuid::Uuid`] | [`guid`] | `"9f8e7d6c-5b4a-3928-1706-f5e4d3c2b1a0"` |
 //! | `byte[]` | `Vec<u8>` | [`bytes`] | `"AQID"` (base64) |
 //!
+//! For a value deeper inside a field (a dictionary's values, a nullable list, a list of lists),
+//! [`as_dotnet`] has the same helpers as [`serde_with`] adapters.
+//!
 //! Each module has an `option` submodule for the `Option<_>` of its type (and `datetime`,
 //! `datetime_offset`, `timespan::signed` and `bytes` a `vec` submodule for a `Vec<_>` of it): `None` is written as
 //! `null`, and `null` reads as `None`. A field with `with` loses serde's rule that a missing
@@ -110,7 +113,7 @@
 //! expected throws. Give Rust enums integer representations, for instance with the
 //! [`serde_repr`](https://docs.rs/serde_repr) crate (not a dependency of ferrybus):
 //!
-//! ```ignore
+//! ```
 //! use serde_repr::{Deserialize_repr, Serialize_repr};
 //!
 //! #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize_repr, Deserialize_repr)]
@@ -120,7 +123,13 @@
 //!     Shipped = 1,
 //!     Cancelled = 2,
 //! }
+//!
 //! // OrderStatus::Shipped is written as `1`, and `1` reads as OrderStatus::Shipped.
+//! assert_eq!(serde_json::to_string(&OrderStatus::Shipped).unwrap(), "1");
+//! assert_eq!(serde_json::from_str::<OrderStatus>("1").unwrap(), OrderStatus::Shipped);
+//! // A number .NET never writes for it, or the member's name, is refused.
+//! assert!(serde_json::from_str::<OrderStatus>("7").is_err());
+//! assert!(serde_json::from_str::<OrderStatus>(r#""Shipped""#).is_err());
 //! ```
 //!
 //! # Property names
@@ -162,6 +171,7 @@ mod error;
 mod iso;
 mod type_name;
 
+pub mod as_dotnet;
 pub mod bytes;
 pub mod datetime;
 pub mod datetime_offset;
@@ -180,6 +190,8 @@ pub use type_name::{ParseTypeNameError, TypeName, URN_PREFIX};
 pub use chrono;
 /// The `Decimal` of [`decimal`], re-exported for the same reason.
 pub use rust_decimal;
+/// The adapters of [`as_dotnet`] are [`serde_with`]'s: re-exported for `#[serde_as]`.
+pub use serde_with;
 
 use std::fmt;
 

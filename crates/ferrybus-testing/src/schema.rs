@@ -79,9 +79,14 @@ impl Shape {
 /// Runs an async test function `fn(Shape)` once per [`Shape`], as one `#[tokio::test]` each
 /// (`<test>::snake_case`, `<test>::pascal_case`, …).
 ///
-/// ```ignore
-/// async fn consumes_once(shape: Shape) { /* … */ }
+/// ```
+/// use ferrybus_testing::Shape;
+///
+/// async fn consumes_once(shape: Shape) {
+///     let _ = shape; // set up a schema of this shape, run the consumer, assert the rows
+/// }
 /// ferrybus_testing::on_every_shape!(consumes_once);
+/// # fn main() {}
 /// ```
 #[macro_export]
 macro_rules! on_every_shape {

@@ -314,6 +314,10 @@ impl Checker<'_> {
                             Shape::Int(kind) => name
                                 .parse::<i128>()
                                 .is_ok_and(|v| (kind.min..=kind.max).contains(&v)),
+                            // Written as the member name; a number is read too.
+                            Shape::Enum(i) => self.model.enums[i].members.iter().any(|m| {
+                                m.name == *name || name.parse::<i128>().is_ok_and(|v| v == m.value)
+                            }),
                             _ => true,
                         };
                         let item_path = format!("{path}[{name:?}]");
@@ -542,5 +546,28 @@ public record Order(Guid OrderId, decimal Total, DateTime At, Status Status, Car
         assert!(found[0].detail.contains("urn:message:Shop:Refund"));
         let (_, found) = check(&model, &[], None);
         assert_eq!(found[0].severity, Severity::Error);
+    }
+
+    #[test]
+    fn enum_dictionary_keys_are_member_names_or_numbers() {
+        let (model, diagnostics) = build(
+            &parse_file(
+                "T.cs",
+                "namespace Shop;\npublic enum Status { Open = 1, Closed = 2 }\npublic record Tally(Dictionary<Status, int> ByStatus);\n",
+            )
+            .unwrap(),
+        );
+        assert_eq!(diagnostics, []);
+        let types = ["urn:message:Shop:Tally".to_owned()];
+        let payload = json!({"byStatus": {"Open": 1, "2": 3, "Shipped": 4, "7": 5}});
+        let (_, found) = check(&model, &types, Some(&payload));
+        let found: Vec<_> = found.iter().map(|f| (f.path.as_str(), f.kind)).collect();
+        assert_eq!(
+            found,
+            [
+                ("$.byStatus[\"Shipped\"]", Kind::WrongShape),
+                ("$.byStatus[\"7\"]", Kind::WrongShape),
+            ]
+        );
     }
 }

@@ -118,13 +118,18 @@ pub(crate) enum Shape {
 }
 
 impl Shape {
-    /// Whether the field needs one of ferrybus's .NET serde helpers (its Rust type's own serde
-    /// form differs from .NET's).
-    pub(crate) fn needs_helper(&self) -> bool {
-        matches!(
-            self,
-            Shape::DateTime | Shape::DateTimeOffset | Shape::TimeSpan | Shape::Bytes
-        )
+    /// The name of ferrybus's .NET serde helper a value of this shape needs (its Rust type's
+    /// own serde form differs from .NET's): the module of `ferrybus::dotnet` and its adapter in
+    /// `ferrybus::dotnet::as_dotnet`.
+    pub(crate) fn helper(&self) -> Option<(&'static str, &'static str)> {
+        Some(match self {
+            Shape::Decimal => ("decimal", "Decimal"),
+            Shape::DateTime => ("datetime", "DateTime"),
+            Shape::DateTimeOffset => ("datetime_offset", "DateTimeOffset"),
+            Shape::TimeSpan => ("timespan::signed", "TimeSpan"),
+            Shape::Bytes => ("bytes", "Bytes"),
+            _ => return None,
+        })
     }
 }
 
@@ -170,6 +175,7 @@ impl Contract {
     /// The URN .NET puts in `messageType` for it.
     pub(crate) fn message_urn(&self) -> Option<String> {
         match (&self.urn, &self.namespace) {
+            (Some(urn), _) if urn.starts_with("urn:") => Some(urn.clone()),
             (Some(urn), _) => Some(format!("urn:message:{urn}")),
             (None, Some(namespace)) => Some(format!("urn:message:{namespace}:{}", self.type_name)),
             (None, None) => None,
@@ -464,21 +470,8 @@ impl<'a> Builder<'a> {
             }
             rust_names.push((rust, &field.cs_name));
         }
-        let urn = attribute(&declaration.attributes, "MessageUrn").and_then(|a| {
-            if a.args
-                .get(1)
-                .is_some_and(|flag| flag.trim().ends_with("false"))
-            {
-                self.diagnose(
-                    &declaration.location,
-                    format!(
-                        "[MessageUrn] of {} without the default prefix is not supported",
-                        declaration.name
-                    ),
-                );
-            }
-            a.args.first().cloned()
-        });
+        let urn = attribute(&declaration.attributes, "MessageUrn")
+            .and_then(|a| self.message_urn(declaration, a));
         Contract {
             name: declaration.name.clone(),
             type_name: type_name(declaration),
@@ -493,6 +486,35 @@ impl<'a> Builder<'a> {
             summary: declaration.summary.clone(),
             location: declaration.location.clone(),
         }
+    }
+
+    /// The URN of `[MessageUrn(urn, useDefaultPrefix)]` as ferrybus's `urn = …` takes it: the
+    /// value, prefixed with `urn:message:` by ferrybus unless it starts with `urn:`. MassTransit
+    /// (`src/MassTransit.Abstractions/Attributes/MessageUrnAttribute.cs`, v8.5.8) refuses a value
+    /// with the default prefix and uses one without `useDefaultPrefix` as given.
+    fn message_urn(&mut self, declaration: &Declaration, urn: &Attribute) -> Option<String> {
+        let value = urn.args.first()?.clone();
+        let prefixed = !urn
+            .args
+            .get(1)
+            .is_some_and(|flag| flag.trim().ends_with("false"));
+        let problem = if value.starts_with(ferrybus_core::message::URN_PREFIX) {
+            Some("MassTransit refuses a value that starts with urn:message:")
+        } else if prefixed && value.starts_with("urn:") {
+            Some("ferrybus would not prefix a value that starts with urn:")
+        } else if !prefixed && !value.starts_with("urn:") {
+            Some("without the default prefix, ferrybus takes only a URN that starts with urn:")
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            self.diagnose(
+                &declaration.location,
+                format!("[MessageUrn({value:?})] of {}: {problem}", declaration.name),
+            );
+            return None;
+        }
+        Some(value)
     }
 
     /// The base class chain (nearest first) and the interfaces (own in order, then theirs,
@@ -635,13 +657,6 @@ impl<'a> Builder<'a> {
                 return None;
             }
         }
-        if let Err(reason) = check_helpers(&shape) {
-            self.diagnose(
-                &property.location,
-                format!("cannot map {context}: {reason}"),
-            );
-            return None;
-        }
         let json_name = attribute(&property.attributes, "JsonPropertyName")
             .and_then(|a| a.args.first().cloned())
             .unwrap_or_else(|| camel_case(&property.name));
@@ -651,6 +666,15 @@ impl<'a> Builder<'a> {
             shape,
             location: property.location.clone(),
         })
+    }
+
+    /// Whether enum `i`'s declaration has the attribute `name`.
+    fn enum_has_attribute(&self, i: usize, name: &str) -> bool {
+        self.declarations
+            .iter()
+            .zip(&self.index)
+            .find(|(_, item)| **item == Some(Item::Enum(i)))
+            .is_some_and(|(d, _)| attribute(&d.attributes, name).is_some())
     }
 
     fn enum_is_string(&self, i: usize) -> bool {
@@ -697,10 +721,13 @@ impl<'a> Builder<'a> {
                         | "ImmutableDictionary" | "ConcurrentDictionary",
                         [key, value],
                     ) => match key {
-                        Shape::String | Shape::Guid | Shape::Int(_) => {
+                        // Enum keys are written as member names, even without a string
+                        // converter (dotnet/runtime#102120).
+                        Shape::Enum(i) if self.enum_has_attribute(*i, "Flags") => Err("dictionary keys of a [Flags] enum are written as comma-separated member names, which the import does not map".to_owned()),
+                        Shape::String | Shape::Guid | Shape::Int(_) | Shape::Enum(_) => {
                             Ok(Shape::Map(Box::new(key.clone()), Box::new(value.clone())))
                         }
-                        _ => Err("dictionary keys of this type are written as System.Text.Json's key converter decides; only string, Guid and integer keys are mapped".to_owned()),
+                        _ => Err(format!("dictionary keys of type {} are written as System.Text.Json's key converter decides; only string, Guid, integer and enum keys are mapped", dotnet_name(key))),
                     },
                     _ => Err(format!("generic type {name}<…> has no JSON form the import knows")),
                 }
@@ -738,27 +765,6 @@ impl<'a> Builder<'a> {
                 }
             },
         })
-    }
-}
-
-/// Refuses a shape whose Rust form would need one of ferrybus's .NET helpers where none
-/// reaches: a helper applies to a field, a nullable field or a list (`vec`), nothing deeper.
-fn check_helpers(shape: &Shape) -> Result<(), String> {
-    match shape {
-        s if s.needs_helper() => Ok(()),
-        Shape::Nullable(inner) | Shape::List(inner) if inner.needs_helper() => Ok(()),
-        other => nested_helpers(other),
-    }
-}
-
-fn nested_helpers(shape: &Shape) -> Result<(), String> {
-    match shape {
-        s if s.needs_helper() => Err(format!(
-            "{} inside a dictionary, a nullable collection or a nested collection: ferrybus's .NET serde helpers apply to a field, a nullable field or a list of it",
-            dotnet_name(s)
-        )),
-        Shape::Nullable(inner) | Shape::List(inner) | Shape::Map(_, inner) => nested_helpers(inner),
-        _ => Ok(()),
     }
 }
 
@@ -1021,10 +1027,10 @@ public class M {
             r#"namespace N;
 public record A(
     (int, int) Pair,
-    Dictionary<string, DateTime> Times,
+    Dictionary<double, DateTime> Times,
     Money Price,
-    Dictionary<Status, int> ByStatus);
-public enum Status { X }
+    Dictionary<Bits, int> ByBits);
+[Flags] public enum Bits { X = 1 }
 public record B : Unknown;
 public record G<T>(T Value);
 public class C { public int Name { get; set; } public int NAME { get; set; } }
@@ -1046,16 +1052,88 @@ public class C { public int Name { get; set; } public int NAME { get; set; } }
         );
         assert!(lines
             .iter()
-            .any(|(l, m)| *l == 4 && m.contains("DateTime inside a dictionary")));
+            .any(|(l, m)| *l == 4 && m.contains("dictionary keys of type double")));
         assert!(lines
             .iter()
             .any(|(l, m)| *l == 5 && m.contains("type Money")));
         assert!(lines
             .iter()
-            .any(|(l, m)| *l == 6 && m.contains("dictionary keys")));
+            .any(|(l, m)| *l == 6 && m.contains("[Flags] enum")));
         assert!(lines
             .iter()
             .any(|(l, m)| *l == 8 && m.contains("base type Unknown")));
         assert!(lines.iter().any(|(l, m)| *l == 9 && m.contains("generic")));
+    }
+
+    #[test]
+    fn maps_dotnet_values_anywhere_and_enum_keys() {
+        let (model, diagnostics) = model(
+            r#"namespace N;
+public enum Level { Low, High }
+public record M(
+    Dictionary<string, DateTime> At,
+    List<TimeSpan>? Waits,
+    List<List<decimal>> Tiers,
+    Dictionary<Level, byte[]> ByLevel);
+"#,
+        );
+        assert_eq!(diagnostics, []);
+        let shapes: Vec<_> = model.contracts[0]
+            .fields
+            .iter()
+            .map(|f| f.shape.clone())
+            .collect();
+        let b = Box::new;
+        assert_eq!(
+            shapes,
+            [
+                Shape::Map(b(Shape::String), b(Shape::DateTime)),
+                Shape::Nullable(b(Shape::List(b(Shape::TimeSpan)))),
+                Shape::List(b(Shape::List(b(Shape::Decimal)))),
+                Shape::Map(b(Shape::Enum(0)), b(Shape::Bytes)),
+            ]
+        );
+    }
+
+    #[test]
+    fn message_urn_without_the_default_prefix_is_used_as_given() {
+        let (model, diagnostics) = model(
+            r#"namespace N;
+[MessageUrn("urn:shop:placed", false)] public record A(int N);
+[MessageUrn("shop:placed", useDefaultPrefix: true)] public record B(int N);
+[MessageUrn("shop:placed", false)] public record C(int N);
+[MessageUrn("urn:message:shop:placed")] public record D(int N);
+[MessageUrn("urn:shop:placed")] public record E(int N);
+"#,
+        );
+        let urns: Vec<_> = model
+            .contracts
+            .iter()
+            .map(|c| c.message_urn().unwrap())
+            .collect();
+        assert_eq!(
+            urns,
+            [
+                "urn:shop:placed",
+                "urn:message:shop:placed",
+                // Reported below: left with its type name's URN.
+                "urn:message:N:C",
+                "urn:message:N:D",
+                "urn:message:N:E",
+            ]
+        );
+        let lines: Vec<_> = diagnostics
+            .iter()
+            .map(|d| (d.location.line, d.message.as_str()))
+            .collect();
+        assert_eq!(lines.len(), 3, "{lines:#?}");
+        assert!(lines[0].0 == 4 && lines[0].1.contains("only a URN that starts with urn:"));
+        assert!(
+            lines[1].0 == 5
+                && lines[1]
+                    .1
+                    .contains("refuses a value that starts with urn:message:")
+        );
+        assert!(lines[2].0 == 6 && lines[2].1.contains("would not prefix"));
     }
 }

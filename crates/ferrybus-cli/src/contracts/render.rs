@@ -9,6 +9,7 @@ use super::model::{field_name, snake_case, Contract, EnumModel, Item, Model, Sha
 
 /// The whole output for `files` (shown in the header).
 pub(crate) fn render(model: &Model, files: &[String]) -> String {
+    let cycles = Cycles::of(model);
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -18,7 +19,7 @@ pub(crate) fn render(model: &Model, files: &[String]) -> String {
     for item in &model.items {
         out.push('\n');
         match *item {
-            Item::Contract(i) => render_contract(&mut out, model, i),
+            Item::Contract(i) => render_contract(&mut out, model, &cycles, i),
             Item::Enum(i) => render_enum(&mut out, &model.enums[i]),
         }
     }
@@ -32,7 +33,53 @@ fn doc(out: &mut String, indent: &str, summary: Option<&str>, origin: &str) {
     let _ = writeln!(out, "{indent}/// {origin}");
 }
 
-fn render_contract(out: &mut String, model: &Model, index: usize) {
+/// Which contracts contain each other by value: the strongly connected components of the graph
+/// whose edges are fields holding another contract directly or as `T?` (an `Option` is as large
+/// as its value; lists and dictionaries are on the heap). A field pointing into its own
+/// contract's component is boxed, or the Rust type would be infinitely large.
+struct Cycles {
+    /// The component of each contract.
+    component: Vec<usize>,
+}
+
+impl Cycles {
+    fn of(model: &Model) -> Self {
+        let mut graph = petgraph::Graph::<usize, ()>::new();
+        let nodes: Vec<_> = (0..model.contracts.len())
+            .map(|i| graph.add_node(i))
+            .collect();
+        for (i, contract) in model.contracts.iter().enumerate() {
+            for field in &contract.fields {
+                if let Some(j) = by_value(&field.shape) {
+                    graph.add_edge(nodes[i], nodes[j], ());
+                }
+            }
+        }
+        let mut component = vec![0; model.contracts.len()];
+        for (n, members) in petgraph::algo::tarjan_scc(&graph).iter().enumerate() {
+            for node in members {
+                component[graph[*node]] = n;
+            }
+        }
+        Self { component }
+    }
+
+    /// Whether a field of `owner` holding `target` by value closes a cycle.
+    fn boxed(&self, owner: usize, target: usize) -> bool {
+        self.component[owner] == self.component[target]
+    }
+}
+
+/// The contract a shape holds by value, if any.
+fn by_value(shape: &Shape) -> Option<usize> {
+    match shape {
+        Shape::Contract(i) => Some(*i),
+        Shape::Nullable(inner) => by_value(inner),
+        _ => None,
+    }
+}
+
+fn render_contract(out: &mut String, model: &Model, cycles: &Cycles, index: usize) {
     let contract = &model.contracts[index];
     let full = match &contract.namespace {
         Some(ns) => format!("{ns}.{}", contract.type_name),
@@ -45,6 +92,16 @@ fn render_contract(out: &mut String, model: &Model, index: usize) {
         &format!("C# `{full}` ({}).", contract.location),
     );
     let message = contract.namespace.is_some();
+    if contract
+        .fields
+        .iter()
+        .any(|f| helper(&f.shape).is_none() && adapted(model, &f.shape).is_some())
+    {
+        let _ = writeln!(
+            out,
+            "#[::ferrybus::dotnet::serde_with::serde_as(crate = \"::ferrybus::dotnet::serde_with\")]"
+        );
+    }
     let derive_message = if message { ", ::ferrybus::Message" } else { "" };
     let _ = writeln!(
         out,
@@ -66,13 +123,20 @@ fn render_contract(out: &mut String, model: &Model, index: usize) {
             // .NET reads names case-insensitively: accept the C# spelling too.
             serde.push(format!("alias = {}", quoted(&field.cs_name)));
         }
-        if let Some(helper) = helper(&field.shape) {
-            serde.push(helper);
+        let serde_as = match helper(&field.shape) {
+            Some(helper) => {
+                serde.push(helper);
+                None
+            }
+            None => adapted(model, &field.shape),
+        };
+        if let Some(serde_as) = serde_as {
+            let _ = writeln!(out, "    #[serde_as(as = {})]", quoted(&serde_as));
         }
         if !serde.is_empty() {
             let _ = writeln!(out, "    #[serde({})]", serde.join(", "));
         }
-        let ty = rust_type(model, &field.shape, Some(index));
+        let ty = rust_type(model, &field.shape, Some((cycles, index)));
         let _ = writeln!(out, "    pub {rust_name}: {ty},");
     }
     let _ = writeln!(out, "}}");
@@ -106,22 +170,13 @@ fn message_attributes(out: &mut String, contract: &Contract) {
     }
 }
 
-/// The `with = …` (and `default`) of a field whose shape needs a .NET helper.
+/// The `with = …` (and `default`) of a field that is a .NET value needing a helper, a nullable
+/// one, or a list of them (not of decimals: only the adapter reads those from numbers too).
 fn helper(shape: &Shape) -> Option<String> {
-    let (inner, wrapper) = match shape {
-        Shape::Nullable(inner) => (&**inner, "::option"),
-        Shape::List(inner) => (&**inner, "::vec"),
-        other => (other, ""),
-    };
-    let module = match inner {
-        // A list of decimals needs no helper: rust_decimal's own serde writes strings.
-        Shape::Decimal if wrapper == "::vec" => return None,
-        Shape::Decimal => "decimal",
-        Shape::DateTime => "datetime",
-        Shape::DateTimeOffset => "datetime_offset",
-        Shape::TimeSpan => "timespan::signed",
-        Shape::Bytes => "bytes",
-        _ => return None,
+    let (module, wrapper) = match shape {
+        Shape::Nullable(inner) => (inner.helper()?.0, "::option"),
+        Shape::List(inner) if **inner != Shape::Decimal => (inner.helper()?.0, "::vec"),
+        other => (other.helper()?.0, ""),
     };
     let default = if wrapper == "::option" {
         "default, "
@@ -133,9 +188,40 @@ fn helper(shape: &Shape) -> Option<String> {
     ))
 }
 
-/// The Rust type of a shape; `owner` is the contract being rendered (a direct reference to
-/// itself is boxed).
-fn rust_type(model: &Model, shape: &Shape, owner: Option<usize>) -> String {
+/// The `#[serde_as(as = …)]` type of a field with a .NET value deeper inside (a dictionary's
+/// values, a nullable list, a list of lists) or a dictionary with number-enum keys (written as
+/// member names, through their `Display` and `FromStr`); `None` when serde's own form is .NET's.
+fn adapted(model: &Model, shape: &Shape) -> Option<String> {
+    if let Some((_, adapter)) = shape.helper() {
+        return Some(format!("::ferrybus::dotnet::as_dotnet::{adapter}"));
+    }
+    match shape {
+        Shape::Nullable(inner) => adapted(model, inner).map(|t| format!("Option<{t}>")),
+        Shape::List(inner) => adapted(model, inner).map(|t| format!("Vec<{t}>")),
+        Shape::Map(key, value) => {
+            let key = match **key {
+                Shape::Enum(i) if !model.enums[i].string => {
+                    Some("::ferrybus::dotnet::serde_with::DisplayFromStr".to_owned())
+                }
+                _ => None,
+            };
+            let value = adapted(model, value);
+            if key.is_none() && value.is_none() {
+                return None;
+            }
+            Some(format!(
+                "::std::collections::HashMap<{}, {}>",
+                key.as_deref().unwrap_or("_"),
+                value.as_deref().unwrap_or("_")
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// The Rust type of a shape; `owner` is the contract being rendered, with the cycles that decide
+/// which contracts it holds by value are boxed (`None` inside a list or dictionary).
+fn rust_type(model: &Model, shape: &Shape, owner: Option<(&Cycles, usize)>) -> String {
     const CHRONO: &str = "::ferrybus::dotnet::chrono";
     match shape {
         Shape::String => "::std::string::String".to_owned(),
@@ -154,7 +240,7 @@ fn rust_type(model: &Model, shape: &Shape, owner: Option<usize>) -> String {
         Shape::Bytes => "::std::vec::Vec<u8>".to_owned(),
         Shape::Any => "::serde_json::Value".to_owned(),
         Shape::Enum(i) => model.enums[*i].name.clone(),
-        Shape::Contract(i) if Some(*i) == owner => {
+        Shape::Contract(i) if owner.is_some_and(|(cycles, o)| cycles.boxed(o, *i)) => {
             format!("::std::boxed::Box<{}>", model.contracts[*i].name)
         }
         Shape::Contract(i) => model.contracts[*i].name.clone(),
@@ -250,6 +336,25 @@ fn render_number_enum(out: &mut String, model: &EnumModel) {
     let _ = writeln!(
         out,
         "            other => Err(::std::format!(\"{{other}} is no value of {name}\")),\n        }}\n    }}\n}}"
+    ); // As a dictionary key System.Text.Json writes the member name (dotnet/runtime#102120), and
+       // reads the name or the number.
+    let _ = writeln!(
+        out,
+        "\n/// The member name, as System.Text.Json writes a dictionary key of this enum.\nimpl ::std::fmt::Display for {name} {{\n    fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {{\n        f.write_str(match self {{"
+    );
+    for (_, member) in &seen {
+        let _ = writeln!(out, "            Self::{member} => \"{member}\",");
+    }
+    let _ = writeln!(
+        out,
+        "        }})\n    }}\n}}\n\n/// A member name or number, as System.Text.Json reads a dictionary key of this enum.\nimpl ::std::str::FromStr for {name} {{\n    type Err = ::std::string::String;\n\n    fn from_str(text: &str) -> ::std::result::Result<Self, Self::Err> {{\n        match text {{"
+    );
+    for (_, member) in &seen {
+        let _ = writeln!(out, "            \"{member}\" => Ok(Self::{member}),");
+    }
+    let _ = writeln!(
+        out,
+        "            other => other\n                .parse::<{repr}>()\n                .map_err(|_| ::std::format!(\"{{other:?}} is no member of {name}\"))\n                .and_then(Self::try_from),\n        }}\n    }}\n}}"
     );
 }
 
@@ -354,7 +459,8 @@ public record Placed(decimal Total, DateTime? At, Kind Kind, string OrderID, Lis
             "    #[serde(rename = \"orderID\", alias = \"OrderID\")]\n    pub order_id: ::std::string::String,",
             "#[serde(into = \"u8\", try_from = \"u8\")]\n#[repr(u8)]\npub enum Kind {",
             "    #[serde(alias = \"Waits\", with = \"ferrybus::dotnet::timespan::signed::vec\")]\n    pub waits: ::std::vec::Vec<::ferrybus::dotnet::chrono::TimeDelta>,",
-            "    #[serde(alias = \"Prices\")]\n    pub prices: ::std::vec::Vec<::ferrybus::dotnet::rust_decimal::Decimal>,",
+            "    #[serde_as(as = \"Vec<::ferrybus::dotnet::as_dotnet::Decimal>\")]\n    #[serde(alias = \"Prices\")]\n    pub prices: ::std::vec::Vec<::ferrybus::dotnet::rust_decimal::Decimal>,",
+            "#[::ferrybus::dotnet::serde_with::serde_as(crate = \"::ferrybus::dotnet::serde_with\")]\n#[derive(",
             "    // C# `Alias` = 2 is another name of `B`.",
             "            2 => Ok(Self::B),",
             "pub struct Bits(pub i32);",
