@@ -16,8 +16,8 @@ use tower::{Layer, Service};
 use crate::context::{baggage_pairs, ACTIVITY_CORRELATION_CONTEXT_HEADER};
 use crate::metrics::{
     endpoint_label, exception_type_label, instruments, message_type_label, service_label,
-    shared_string, CONSUMER_TYPE_LABEL, ENDPOINT_LABEL, EXCEPTION_TYPE_LABEL, MESSAGE_TYPE_LABEL,
-    SCOPE,
+    shared_consumer_type_label, shared_string, CONSUMER_TYPE_LABEL, ENDPOINT_LABEL,
+    EXCEPTION_TYPE_LABEL, MESSAGE_TYPE_LABEL, SCOPE,
 };
 use ferrybus_core::integration::{BoxConsumeService, ConsumeOutcome, ConsumeRequest};
 use ferrybus_core::ConsumeError;
@@ -58,6 +58,9 @@ struct ConsumerLabels {
     tracer: global::BoxedTracer,
     metric: [KeyValue; 4],
     endpoint: opentelemetry::StringValue,
+    /// The consumer's full name, the span's `consumer_type` (MassTransit's
+    /// `StartConsumerActivity` sets `TypeCache<TConsumer>.ShortName` there, the namespace kept;
+    /// the instruments carry [`consumer_type_label`](crate::consumer_type_label)).
     consumer: opentelemetry::StringValue,
 }
 
@@ -65,7 +68,6 @@ impl ConsumerLabels {
     fn of(request: &ConsumeRequest) -> Self {
         let consumer = request.consumer();
         let endpoint = shared_string(endpoint_label(&request.received().input_address));
-        let name = shared_string(consumer.name().to_owned());
         let metric = [
             service_label(),
             KeyValue::new(ENDPOINT_LABEL, endpoint.clone()),
@@ -73,13 +75,16 @@ impl ConsumerLabels {
                 MESSAGE_TYPE_LABEL,
                 shared_string(message_type_label(consumer.message_type().urn())),
             ),
-            KeyValue::new(CONSUMER_TYPE_LABEL, name.clone()),
+            KeyValue::new(
+                CONSUMER_TYPE_LABEL,
+                shared_consumer_type_label(consumer.name(), consumer.message_type()),
+            ),
         ];
         Self {
             tracer: global::tracer(SCOPE),
             metric,
             endpoint,
-            consumer: name,
+            consumer: shared_string(consumer.name().to_owned()),
         }
     }
 }

@@ -24,7 +24,7 @@ pub const INBOX_DECISION_ATTRIBUTE: &str = "ferrybus.inbox.decision";
 pub const SERVICE_LABEL: &str = "messaging.masstransit.service";
 /// Label: the endpoint (the last path segment of its address, `.` as `_`).
 pub const ENDPOINT_LABEL: &str = "messaging.masstransit.destination";
-/// Label: the consumer type.
+/// Label: the consumer type (its short name, [`consumer_type_label`]), sagas included.
 pub const CONSUMER_TYPE_LABEL: &str = "messaging.masstransit.consumer_type";
 /// Label: the exception type (its short name), on `*.errors`.
 pub const EXCEPTION_TYPE_LABEL: &str = "messaging.masstransit.exception_type";
@@ -259,6 +259,63 @@ fn short(name: &str) -> &str {
     name.rsplit([':', '.', '+']).next().unwrap_or(name)
 }
 
+/// MassTransit's consumer type label (`GetConsumerTypeLabel` in
+/// `src/MassTransit/Logging/Monitoring/LogContextInstrumentationExtensions.cs`) of the consumer
+/// or saga named `consumer` consuming `message_type`: the name without its namespace, generic
+/// arguments joined with `_` (the message's own name as its [`message_type_label`]), so that
+/// `Sales.Sagas.OrderState` is `OrderState`, as .NET labels it; a MassTransit message handler
+/// is `Handler`. The one label every consume, saga and inbox instrument carries.
+///
+/// ```
+/// use ferrybus_core::message::{MessageType, TypeName};
+/// use ferrybus_otel::consumer_type_label;
+/// let placed = MessageType::new(TypeName::new("Shop.Contracts", "OrderPlaced"));
+/// assert_eq!(consumer_type_label("Sales.Sagas.OrderState", &placed), "OrderState");
+/// assert_eq!(consumer_type_label("billing.InvoiceConsumer", &placed), "InvoiceConsumer");
+/// assert_eq!(consumer_type_label("Shop.Billing+Nested", &placed), "Nested");
+/// assert_eq!(
+///     consumer_type_label("relay.Forward<shop.OrderPlaced>", &placed),
+///     "Forward_OrderPlaced"
+/// );
+/// assert_eq!(
+///     consumer_type_label("Shop.Relay<Shop.Contracts.OrderPlaced>", &placed),
+///     "Relay_OrderPlaced"
+/// );
+/// ```
+pub fn consumer_type_label(consumer: &str, message_type: &ferrybus_core::MessageType) -> String {
+    if consumer.starts_with("MassTransit.MessageHandler<") {
+        return "Handler".to_owned();
+    }
+    let generic = format!("<{}>", message_type.dotnet_name());
+    let label = message_type_label(message_type.urn());
+    clean_label(&consumer.replace(&generic, &format!("_{label}")))
+}
+
+/// MassTransit's `CleanupLabel`: each type name without its namespace (or enclosing type),
+/// generic arguments after `_`.
+fn clean_label(label: &str) -> String {
+    let simple = |text: &str| text.rsplit(['.', '+']).next().unwrap_or(text).to_owned();
+    match label.find(['<', '>']) {
+        Some(at) if label[at..].starts_with('<') => {
+            format!("{}_{}", simple(&label[..at]), clean_label(&label[at + 1..]))
+        }
+        Some(at) => format!("{}{}", simple(&label[..at]), clean_label(&label[at + 1..])),
+        None => simple(label),
+    }
+}
+
+/// [`consumer_type_label`], shared (computed once per distinct consumer, as MassTransit caches
+/// it by consumer type).
+pub(crate) fn shared_consumer_type_label(
+    consumer: &str,
+    message_type: &ferrybus_core::MessageType,
+) -> StringValue {
+    static CONSUMER_TYPES: TextCache<StringValue> = TextCache::new();
+    CONSUMER_TYPES.get(consumer, |consumer| {
+        shared_string(consumer_type_label(consumer, message_type))
+    })
+}
+
 /// The service label every instrument carries ([`SERVICE_LABEL`]: the process name, as
 /// MassTransit uses it).
 ///
@@ -339,17 +396,25 @@ pub fn record_outbox_delivery(destination: &str, error_type: Option<&str>, swept
     }
 }
 
-/// Counts a copy the inbox kept from `consumer` on `endpoint` (`ferrybus.inbox.duplicates`), or a
-/// delivery that completed an earlier attempt's outbox (`ferrybus.inbox.recovered`).
+/// Counts a copy the inbox kept from `consumer` (`ferrybus.inbox.duplicates`), or a delivery
+/// that completed an earlier attempt's outbox (`ferrybus.inbox.recovered`), labelled by its
+/// endpoint and [`consumer_type_label`].
 ///
 /// ```
-/// ferrybus_otel::record_inbox("billing-invoice", "InvoiceConsumer", true);
+/// use ferrybus_core::integration::ConsumerInfo;
+/// use ferrybus_core::message::{MessageType, TypeName};
+/// let placed = MessageType::new(TypeName::new("Shop.Contracts", "OrderPlaced"));
+/// let consumer = ConsumerInfo::new("billing.InvoiceConsumer", placed, "billing-invoice");
+/// ferrybus_otel::record_inbox(&consumer, true);
 /// ```
-pub fn record_inbox(endpoint: &str, consumer: &str, duplicate: bool) {
+pub fn record_inbox(consumer: &ferrybus_core::integration::ConsumerInfo, duplicate: bool) {
     let labels = [
         service_label(),
-        KeyValue::new(ENDPOINT_LABEL, shared_endpoint_label(endpoint)),
-        KeyValue::new(CONSUMER_TYPE_LABEL, consumer.to_owned()),
+        KeyValue::new(ENDPOINT_LABEL, shared_endpoint_label(consumer.queue())),
+        KeyValue::new(
+            CONSUMER_TYPE_LABEL,
+            shared_consumer_type_label(consumer.name(), consumer.message_type()),
+        ),
     ];
     let instruments = instruments();
     if duplicate {
@@ -364,14 +429,15 @@ pub fn record_inbox(endpoint: &str, consumer: &str, duplicate: bool) {
 /// `StateMachineSagaMessageFilter`): [`SAGA_TOTAL`] and [`SAGA_IN_PROGRESS`] when it starts,
 /// [`SAGA_FAULT_TOTAL`] (with the exception type) on [`fault`](Self::fault), and the active
 /// count back down and [`SAGA_DURATION`] when it is dropped. Labelled by service, endpoint,
-/// message type and the saga's type (its short name, as MassTransit's `CleanupLabel` leaves
-/// `Bookstore.Sagas.OrderState`: `OrderState`).
+/// message type and the saga's type ([`consumer_type_label`]: `Bookstore.Sagas.OrderState` is
+/// `OrderState`).
 ///
 /// ```
+/// use ferrybus_core::message::{MessageType, TypeName};
 /// use ferrybus_otel::SagaInstrument;
 /// let mut instrument = SagaInstrument::start(
 ///     "rabbitmq://localhost/order-state",
-///     "urn:message:Bookstore.Contracts:OrderSubmitted",
+///     &MessageType::new(TypeName::new("Bookstore.Contracts", "OrderSubmitted")),
 ///     "Bookstore.Sagas.OrderState",
 /// );
 /// instrument.fault("ferrybus_saga::SagaError");
@@ -384,14 +450,24 @@ pub struct SagaInstrument {
 }
 
 impl SagaInstrument {
-    /// Counts a saga message of type `message_type` (its URN) handled by the saga `saga_type`
-    /// on the endpoint `input_address`.
-    pub fn start(input_address: &str, message_type: &str, saga_type: &str) -> Self {
+    /// Counts a saga message of type `message_type` handled by the saga `saga_type` (its full
+    /// name, labelled by [`consumer_type_label`]) on the endpoint `input_address`.
+    pub fn start(
+        input_address: &str,
+        message_type: &ferrybus_core::MessageType,
+        saga_type: &str,
+    ) -> Self {
         let labels = [
             service_label(),
             KeyValue::new(ENDPOINT_LABEL, shared_endpoint_label(input_address)),
-            KeyValue::new(MESSAGE_TYPE_LABEL, shared_message_type_label(message_type)),
-            KeyValue::new(CONSUMER_TYPE_LABEL, short(saga_type).to_owned()),
+            KeyValue::new(
+                MESSAGE_TYPE_LABEL,
+                shared_message_type_label(message_type.urn()),
+            ),
+            KeyValue::new(
+                CONSUMER_TYPE_LABEL,
+                shared_consumer_type_label(saga_type, message_type),
+            ),
         ];
         let instruments = instruments();
         instruments.saga_total.add(1, &labels);

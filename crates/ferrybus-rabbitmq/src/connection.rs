@@ -281,14 +281,46 @@ async fn probe_delayed_exchange(settings: Arc<HostSettings>, index: usize) -> bo
     supported
 }
 
+/// The broker's reply when `error` is a channel-level one (AMQP's soft errors, which close only
+/// the channel they happened on).
+fn channel_refusal(error: &lapin::Error) -> Option<&lapin::protocol::AMQPError> {
+    match error.kind() {
+        lapin::ErrorKind::ProtocolError(refusal)
+            if matches!(refusal.kind(), lapin::protocol::AMQPErrorKind::Soft(_)) =>
+        {
+            Some(refusal)
+        }
+        _ => None,
+    }
+}
+
 /// Resolves when `live`'s connection is no longer usable, with the reason.
+///
+/// lapin reports a channel the broker closed (`channel.close`: a soft error such as 403
+/// ACCESS_REFUSED, 404 NOT_FOUND or 406 PRECONDITION_FAILED on one publish, declaration or
+/// acknowledgement) on the connection's events too; the connection stays open then, and so it
+/// is kept: the channel's owner opens another (the publishing and declaration channels, an
+/// endpoint, the request client), and the closing is logged with the broker's reply.
 async fn wait_lost(live: &Live) -> String {
     let mut errors = live.connection.events_listener();
     let mut tick = tokio::time::interval(Duration::from_millis(250));
     loop {
         tokio::select! {
             event = errors.next() => match event {
-                Some(lapin::Event::Error(error)) => return error.to_string(),
+                Some(lapin::Event::Error(error)) => match channel_refusal(&error) {
+                    Some(refusal) if live.is_open() => {
+                        let host = live.settings.host_label(live.host_index);
+                        tracing::warn!(
+                            target: "ferrybus::rabbitmq",
+                            generation = live.generation,
+                            %host,
+                            reply_code = refusal.get_id(),
+                            reply_text = %refusal.get_message(),
+                            "channel closed by the broker; the connection is kept"
+                        );
+                    }
+                    _ => return error.to_string(),
+                },
                 Some(_) => {}
                 None => return "the connection ended".to_owned(),
             },

@@ -24,7 +24,8 @@ pub enum Event {
         /// The connection number, 1 for the first.
         generation: u64,
     },
-    /// The connection was lost (or closed by the broker).
+    /// The connection was lost (or closed by the broker); a channel the broker closed (a
+    /// refused publish or declaration) leaves the connection open and emits none.
     Disconnected {
         /// The connection that was lost.
         generation: u64,

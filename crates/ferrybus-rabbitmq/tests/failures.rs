@@ -1137,6 +1137,108 @@ async fn a_publish_with_another_user_id_fails_only_itself() {
     probe.cleanup().await;
 }
 
+test_message!(Refused, "FerrybusTests.Isolation:Refused");
+
+/// What the transport logged (target `ferrybus::rabbitmq`) since this test binary started:
+/// one global subscriber writing to a buffer; tests running beside each other log into it too,
+/// so a test looks for the lines naming its own entities.
+fn transport_log() -> &'static Arc<Mutex<Vec<u8>>> {
+    static LOG: std::sync::OnceLock<Arc<Mutex<Vec<u8>>>> = std::sync::OnceLock::new();
+    LOG.get_or_init(|| {
+        let buffer = Arc::new(Mutex::new(Vec::new()));
+        let writer = buffer.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(
+                "ferrybus::rabbitmq=info",
+            ))
+            .with_ansi(false)
+            .with_writer(move || LogWriter(writer.clone()))
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("no other subscriber");
+        buffer
+    })
+}
+
+struct LogWriter(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The lines of [`transport_log`] containing `text`.
+fn logged(text: &str) -> Vec<String> {
+    let log = transport_log().lock().unwrap();
+    String::from_utf8_lossy(&log)
+        .lines()
+        .filter(|line| line.contains(text))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A send the broker refuses with ACCESS_REFUSED (403: its exchange's name has the reserved
+/// `amq.` prefix), a channel-level error: the broker closes the channel it came on, not the
+/// connection. The transport logs that channel's closing with the broker's reply code and text,
+/// says the connection is kept, does not reconnect (no `Disconnected`, no `Reconnected`, the same
+/// connection), and the sends before and after it arrive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_access_refused_send_closes_its_channel_not_the_connection() {
+    transport_log();
+    let probe = Probe::connect(&amqp_url()).await;
+    let queue = unique("refused-kept");
+    let refused = format!("amq.{}", unique("refused"));
+    probe.track(&[&queue], &[&queue, &refused]);
+    let bus = start(RabbitMqBus::builder(&amqp_url())).await;
+    let mut events = bus.events();
+    let address = format!("queue:{queue}");
+    bus.send(&address, &Refused { n: 1, fail: false })
+        .await
+        .unwrap();
+
+    let sent = bus
+        .send(
+            &format!("exchange:{refused}"),
+            &Refused { n: 0, fail: true },
+        )
+        .await;
+    let error = sent.expect_err("the broker refuses the amq. exchange");
+    assert!(error.to_string().contains("ACCESS_REFUSED"), "{error}");
+    let line = eventually("the channel's closing logged", WAIT, || async {
+        logged(&refused).into_iter().next()
+    })
+    .await;
+    assert!(
+        line.contains("WARN")
+            && line.contains("channel closed by the broker; the connection is kept")
+            && line.contains("reply_code=403")
+            && line.contains("ACCESS_REFUSED"),
+        "{line}"
+    );
+    assert!(!line.contains("connection lost"), "{line}");
+
+    bus.send(&address, &Refused { n: 2, fail: false })
+        .await
+        .unwrap();
+    assert_eq!(collect_n(&probe, &queue, 2).await, vec![1, 2]);
+    while let Ok(event) = events.try_recv() {
+        assert!(
+            !matches!(
+                event,
+                Event::Disconnected { .. } | Event::Reconnected { .. }
+            ),
+            "the connection was torn down: {event:?}"
+        );
+    }
+    bus.stop().await;
+    probe.cleanup().await;
+}
+
 /// Requests abandoned by their caller (the future dropped: a `select!` that took another
 /// branch, an outer timeout, a cancelled task) and requests that timed out leave nothing behind
 /// in the bus's table of pending requests.

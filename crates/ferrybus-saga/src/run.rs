@@ -207,7 +207,7 @@ where
         #[cfg(feature = "otel")]
         let mut instrument = ferrybus_otel::SagaInstrument::start(
             &ctx.request().received().input_address,
-            M::message_type().urn(),
+            &M::message_type(),
             self.machine.consumer_name(),
         );
         let result = self.handle(ctx).await;

@@ -1,11 +1,12 @@
 //! MassTransit's saga instruments (`messaging.masstransit.saga.*`, feature `otel`) recorded for
 //! a saga on RabbitMQ: a handled event counts once, a faulting one counts as an error with its
-//! exception type, and the active count returns to zero.
+//! exception type, and the active count returns to zero; the consume instruments around the
+//! saga label it as the saga instruments do (its short name, not its .NET type's full name).
 
 use ferrybus_core::{Message, Publish};
 use ferrybus_otel::{
-    CONSUMER_TYPE_LABEL, ENDPOINT_LABEL, EXCEPTION_TYPE_LABEL, MESSAGE_TYPE_LABEL, SAGA_DURATION,
-    SAGA_FAULT_TOTAL, SAGA_IN_PROGRESS, SAGA_TOTAL,
+    CONSUMER_TYPE_LABEL, CONSUME_TOTAL, ENDPOINT_LABEL, EXCEPTION_TYPE_LABEL, MESSAGE_TYPE_LABEL,
+    SAGA_DURATION, SAGA_FAULT_TOTAL, SAGA_IN_PROGRESS, SAGA_TOTAL,
 };
 use ferrybus_rabbitmq::RabbitMqBus;
 use ferrybus_saga::{
@@ -170,6 +171,19 @@ async fn a_saga_records_masstransit_saga_instruments() {
         "every attempt of the event without an instance failed"
     );
     assert_eq!(metrics.sum(SAGA_IN_PROGRESS, &saga), 0, "none active");
+    assert_eq!(
+        metrics.sum(CONSUME_TOTAL, &submitted),
+        1,
+        "the consume instruments label the saga by its short name, as the saga instruments do"
+    );
+    assert_eq!(
+        metrics.sum(
+            CONSUME_TOTAL,
+            &[(CONSUMER_TYPE_LABEL, "Ferrybus.Tests.Sagas.OrderState")]
+        ),
+        0,
+        "no instrument carries the saga's full .NET type name"
+    );
     bus.stop().await;
     probe.cleanup().await;
 }

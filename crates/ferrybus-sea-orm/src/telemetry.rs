@@ -77,7 +77,7 @@ pub(crate) fn inbox_decision(consumer: &ConsumerInfo, decision: InboxDecision) {
         InboxDecision::Recover => false,
         InboxDecision::Duplicate => true,
     };
-    instrument::record_inbox(consumer.queue(), consumer.name(), duplicate);
+    instrument::record_inbox(consumer, duplicate);
 }
 
 /// Records a duplicate of `request` ([`inbox_decision`]).
