@@ -209,9 +209,9 @@ trait Form {
     fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Self::Value, D::Error>;
 }
 
-/// The body of a helper module's `option` submodule: `serialize` and `deserialize` of
-/// `Option<$value>` through the parent module's pair (`None` is `null`).
-macro_rules! option_of_parent {
+/// `ParentForm`: the parent module's `serialize`/`deserialize` pair of `$value` as a [`Form`],
+/// shared by the `option` and `vec` submodules.
+macro_rules! parent_form {
     ($value:ty) => {
         enum ParentForm {}
 
@@ -231,6 +231,15 @@ macro_rules! option_of_parent {
                 super::deserialize(deserializer)
             }
         }
+    };
+}
+use parent_form;
+
+/// The body of a helper module's `option` submodule: `serialize` and `deserialize` of
+/// `Option<$value>` through the parent module's pair (`None` is `null`).
+macro_rules! option_of_parent {
+    ($value:ty) => {
+        $crate::parent_form!($value);
 
         /// Writes `None` as `null` and `Some` as [`super::serialize`] does.
         pub fn serialize<S: ::serde::Serializer>(
@@ -254,24 +263,7 @@ use option_of_parent;
 /// `Vec<$value>` through the parent module's pair, each element in .NET's form.
 macro_rules! vec_of_parent {
     ($value:ty) => {
-        enum ParentForm {}
-
-        impl $crate::Form for ParentForm {
-            type Value = $value;
-
-            fn serialize<S: ::serde::Serializer>(
-                value: &$value,
-                serializer: S,
-            ) -> Result<S::Ok, S::Error> {
-                super::serialize(value, serializer)
-            }
-
-            fn deserialize<'de, D: ::serde::Deserializer<'de>>(
-                deserializer: D,
-            ) -> Result<$value, D::Error> {
-                super::deserialize(deserializer)
-            }
-        }
+        $crate::parent_form!($value);
 
         /// Writes a JSON array, each element as [`super::serialize`] does.
         pub fn serialize<S: ::serde::Serializer>(
